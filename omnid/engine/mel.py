@@ -1,0 +1,66 @@
+"""Whisper's log-mel front end in MLX: 25 ms Hann windows every 10 ms, power spectrum, Slaney mel filters,
+log10 clipped 8 below the maximum, scaled to about [-1, 1].
+
+Matches faster-whisper's numpy front end (the reference for parity): the audio gets 160 zero samples at the end
+and reflect padding of n_fft/2 each side, and the last STFT frame is dropped.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import mlx.core as mx
+import numpy as np
+
+SAMPLE_RATE = 16000
+N_FFT = 400
+HOP_LENGTH = 160
+CHUNK_SECONDS = 30
+N_SAMPLES = CHUNK_SECONDS * SAMPLE_RATE
+N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 frames in a 30 s window
+FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH
+
+
+@lru_cache(maxsize=4)
+def mel_filters(n_mels: int) -> mx.array:
+    """Slaney-style mel filterbank (librosa's default, as Whisper uses), shape (n_fft//2+1, n_mels)."""
+    fftfreqs = np.fft.rfftfreq(n=N_FFT, d=1.0 / SAMPLE_RATE)
+    f_sp = 200.0 / 3
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = np.log(6.4) / 27.0
+    max_mel = min_log_mel + np.log(SAMPLE_RATE / 2 / min_log_hz) / logstep
+    mels = np.linspace(0.0, max_mel, n_mels + 2)
+    freqs = f_sp * mels
+    log_region = mels >= min_log_mel
+    freqs[log_region] = min_log_hz * np.exp(logstep * (mels[log_region] - min_log_mel))
+    fdiff = np.diff(freqs)
+    ramps = freqs[:, None] - fftfreqs[None, :]
+    lower = -ramps[:-2] / fdiff[:-1, None]
+    upper = ramps[2:] / fdiff[1:, None]
+    weights = np.maximum(0.0, np.minimum(lower, upper))
+    weights *= (2.0 / (freqs[2 : n_mels + 2] - freqs[:n_mels]))[:, None]
+    return mx.array(weights.T.astype(np.float32))
+
+
+@lru_cache(maxsize=1)
+def _hann() -> mx.array:
+    return mx.array(np.hanning(N_FFT + 1)[:-1].astype(np.float32))
+
+
+def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80) -> mx.array:
+    """16 kHz mono float32 samples -> (frames, n_mels) log-mel, one frame per 10 ms."""
+    x = mx.array(np.asarray(audio, dtype=np.float32))
+    x = mx.concatenate([x, mx.zeros((HOP_LENGTH,), mx.float32)])
+    pad = N_FFT // 2
+    if x.size <= pad:  # reflect padding needs more samples than it pads
+        x = mx.concatenate([x, mx.zeros((pad + 1 - x.size,), mx.float32)])
+    x = mx.concatenate([x[1 : pad + 1][::-1], x, x[-pad - 1 : -1][::-1]])
+    n_frames = 1 + (x.size - N_FFT) // HOP_LENGTH
+    frames = mx.as_strided(x, (n_frames, N_FFT), (HOP_LENGTH, 1))
+    spectrum = mx.fft.rfft(frames * _hann(), axis=-1)[:-1]
+    power = mx.abs(spectrum).square()
+    mel = power @ mel_filters(n_mels)
+    log_spec = mx.log10(mx.maximum(mel, 1e-10))
+    log_spec = mx.maximum(log_spec, log_spec.max() - 8.0)
+    return (log_spec + 4.0) / 4.0

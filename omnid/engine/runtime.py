@@ -1,0 +1,206 @@
+"""The engine runtime: one worker thread per loaded model, the only thread that touches its MLX arrays.
+
+asyncio code submits jobs (plain callables taking a ``check`` function) and awaits them. Jobs wait in a
+priority queue (realtime finals before previews before file jobs, first come first served within a class),
+capped in length; a cancelled job is dropped while queued and stopped at its next ``check`` while running. When
+the queue drains, the MLX buffer cache is released so an idle daemon holds only its weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Callable, Generic, TypeVar
+
+import mlx.core as mx
+import structlog
+
+from omnid.engine.errors import JobCancelledError, QueueFullError
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+E = TypeVar("E")
+Check = Callable[[], None]
+
+
+class Priority(IntEnum):
+    FINAL = 0
+    PREVIEW = 1
+    FILE = 2
+
+
+@dataclass(order=True)
+class _Job:
+    priority: int
+    seq: int
+    fn: Callable[[Check], Any] = field(compare=False)
+    future: asyncio.Future = field(compare=False)
+    loop: asyncio.AbstractEventLoop = field(compare=False)
+    cancelled: threading.Event = field(compare=False, default_factory=threading.Event)
+    enqueued: float = field(compare=False, default_factory=time.monotonic)
+
+    def check(self) -> None:
+        if self.cancelled.is_set():
+            raise JobCancelledError("job cancelled")
+
+
+def clear_mlx_cache() -> None:
+    clear = getattr(mx, "clear_cache", None) or mx.metal.clear_cache
+    clear()
+
+
+class EngineRuntime(Generic[E]):
+    """Owns one engine, built by ``factory`` on the worker thread, and runs jobs on it one at a time."""
+
+    def __init__(self, name: str, factory: Callable[[], E], max_queue: int):
+        if max_queue < 1:
+            raise ValueError("max_queue must be at least 1")
+        self.name = name
+        self.max_queue = max_queue
+        self._factory = factory
+        self._engine: E | None = None
+        self._heap: list[_Job] = []
+        self._cv = threading.Condition()
+        self._seq = itertools.count()
+        self._queued = 0
+        self._running = 0
+        self._closing = False
+        self._loaded = threading.Event()
+        self._load_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name=f"engine-{name}", daemon=True)
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    async def wait_loaded(self) -> E:
+        await asyncio.get_running_loop().run_in_executor(None, self._loaded.wait)
+        if self._load_error is not None:
+            raise self._load_error
+        assert self._engine is not None
+        return self._engine
+
+    @property
+    def engine(self) -> E:
+        if self._engine is None:
+            raise RuntimeError(f"engine {self.name} is not loaded")
+        return self._engine
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self._cv:
+            self._closing = True
+            for job in self._heap:
+                job.cancelled.set()
+                _post(job, None, JobCancelledError("runtime closed"))
+            self._heap.clear()
+            self._queued = 0
+            self._cv.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    # --- jobs -------------------------------------------------------------------------------------------
+
+    @property
+    def request_states(self) -> dict[str, int]:
+        with self._cv:
+            states = {"queued": self._queued, "running": self._running}
+        return {k: v for k, v in states.items() if v}
+
+    async def submit(self, fn: Callable[[Check], T], priority: Priority = Priority.FILE) -> T:
+        """Runs ``fn(check)`` on the worker thread. Raises QueueFullError at once when the queue is full;
+        cancelling the awaiting task cancels the job."""
+        loop = asyncio.get_running_loop()
+        job = _Job(int(priority), next(self._seq), fn, loop.create_future(), loop)
+        with self._cv:
+            if self._closing:
+                raise JobCancelledError("runtime is closing")
+            if self._queued >= self.max_queue:
+                raise QueueFullError(f"engine {self.name} queue is full ({self.max_queue} jobs)")
+            heapq.heappush(self._heap, job)
+            self._queued += 1
+            self._cv.notify()
+        try:
+            return await asyncio.shield(job.future)
+        except asyncio.CancelledError:
+            self._cancel(job)
+            raise
+
+    def _cancel(self, job: _Job) -> None:
+        with self._cv:
+            job.cancelled.set()
+            if job in self._heap:
+                self._heap.remove(job)
+                heapq.heapify(self._heap)
+                self._queued -= 1
+        if not job.future.done():
+            job.future.cancel()
+
+    # --- worker thread ---------------------------------------------------------------------------------
+
+    def _main(self) -> None:
+        stream = mx.new_stream(mx.default_device())
+        with mx.stream(stream):
+            try:
+                self._engine = self._factory()
+            except BaseException as exc:  # reported to whoever awaits the load
+                self._load_error = exc
+                self._loaded.set()
+                return
+            self._loaded.set()
+            self._serve()
+
+    def _serve(self) -> None:
+        while True:
+            with self._cv:
+                while not self._heap and not self._closing:
+                    self._cv.wait()
+                if self._closing:
+                    return
+                job = heapq.heappop(self._heap)
+                self._queued -= 1
+                self._running += 1
+            try:
+                self._run(job)
+            finally:
+                with self._cv:
+                    self._running -= 1
+                    idle = not self._heap
+                if idle:
+                    clear_mlx_cache()
+
+    def _run(self, job: _Job) -> None:
+        if job.cancelled.is_set():
+            return
+        started = time.monotonic()
+        try:
+            result, error = job.fn(job.check), None
+        except JobCancelledError as exc:
+            result, error = None, exc
+            log.info("job_cancelled", engine=self.name, ran_s=round(time.monotonic() - started, 3))
+        except Exception as exc:  # the job's own failure belongs to its caller
+            result, error = None, exc
+            log.exception("job_failed", engine=self.name)
+        _post(job, result, error)
+
+
+def _post(job: _Job, result: Any, error: BaseException | None) -> None:
+    try:
+        job.loop.call_soon_threadsafe(_settle, job.future, result, error)
+    except RuntimeError:
+        pass  # the caller's event loop is gone; nobody is waiting
+
+
+def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

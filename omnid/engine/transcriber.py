@@ -1,0 +1,239 @@
+"""A loaded Whisper model and long-form transcription: window after window, seeking by timestamps.
+
+Synchronous and thread-confined: only the engine's worker thread calls into it (see runtime.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import mlx.core as mx
+import numpy as np
+import structlog
+
+from omnid.engine import pins as pinning
+from omnid.engine.checkpoint import load_checkpoint
+from omnid.engine.decoding import TIME_PRECISION, DecodeOptions, DecodeResult, LogitRules, WindowDecoder
+from omnid.engine.errors import CheckpointError
+from omnid.engine.mel import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, log_mel_spectrogram
+from omnid.engine.tokenizer import WhisperTokenizer, tokenizer_files
+from omnid.engine.whisper import Whisper
+
+log = structlog.get_logger(__name__)
+
+INPUT_STRIDE = 2  # mel frames per encoder position
+
+
+@dataclass(frozen=True)
+class Segment:
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: list[int]
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str
+    segments: list[Segment]
+    language: str
+    duration: float
+    generated_tokens: int
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float = 0.0
+    temperature_increment: float = 0.2
+    condition_on_previous_text: bool = False
+    max_new_tokens: int | None = None
+    # "full": every window padded to 30 s as Whisper was trained (parity with faster-whisper);
+    # "content": a short last window is encoded at its own length, which is much cheaper on a CPU.
+    window: str = "full"
+    # Trailing silence (zeros) after a short window in "content" mode; without it Whisper rarely ends a decode.
+    content_padding_s: float = 3.0
+    decode: DecodeOptions = field(default_factory=DecodeOptions)
+
+    def temperatures(self) -> tuple[float, ...]:
+        if self.temperature_increment <= 0 or self.temperature >= 1.0:
+            return (self.temperature,)
+        steps = int(round((1.0 - self.temperature) / self.temperature_increment))
+        return tuple(round(self.temperature + i * self.temperature_increment, 6) for i in range(steps + 1))
+
+
+class WhisperEngine:
+    kind = "whisper"
+
+    def __init__(self, model_id: str, folder: Path, pins: Mapping[str, str] | None = None):
+        started = time.perf_counter()
+        self.model_id = model_id
+        self.folder = Path(folder)
+        ckpt = load_checkpoint(self.folder)
+        tok_files = tokenizer_files(self.folder)
+        self.pin_report = pinning.verify(list(ckpt.files) + tok_files, pins or {})
+        self.dims = ckpt.dims
+        self.tokenizer = WhisperTokenizer.from_folder(self.folder, ckpt.dims.is_multilingual)
+        if self.tokenizer.timestamp_begin + 1501 > ckpt.dims.n_vocab:
+            raise CheckpointError(
+                f"{tok_files[0]}: tokenizer does not fit the model (timestamps start at "
+                f"{self.tokenizer.timestamp_begin}, vocabulary has {ckpt.dims.n_vocab})"
+            )
+        self.model = Whisper(ckpt.dims)
+        self.model.load_weights(list(ckpt.weights.items()))
+        mx.eval(self.model.parameters())
+        self.model.decoder.freeze_projection()
+        self.alignment_heads = ckpt.alignment_heads
+        tok = self.tokenizer
+        specials = (tok.transcribe, tok.translate, tok.sot, tok.sot_prev, tok.sot_lm, tok.no_speech)
+        self.rules = LogitRules(
+            tok,
+            suppress=tuple(ckpt.suppress_ids or ()) + tok.non_speech_tokens + specials,
+            suppress_begin=tuple(ckpt.suppress_ids_begin or tok.encode(" ") + [tok.eot]),
+        )
+        self.decoder = WindowDecoder(self.model, tok, self.rules)
+        self.load_seconds = time.perf_counter() - started
+        log.info("engine_loaded", model=model_id, format=ckpt.format, seconds=round(self.load_seconds, 3))
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return tuple(self.tokenizer.language_tokens) if self.dims.is_multilingual else ("en",)
+
+    def transcribe(
+        self,
+        audio: np.ndarray,
+        opts: TranscribeOptions = TranscribeOptions(),
+        check: Callable[[], None] = lambda: None,
+        on_segment: Callable[[Segment], None] | None = None,
+        on_progress: Callable[[float, float], None] | None = None,
+    ) -> Transcript:
+        """16 kHz mono float32 samples -> transcript. ``check`` raises to cancel; it is called between encoder
+        layers and before every decoded token."""
+        duration = len(audio) / SAMPLE_RATE
+        mel = log_mel_spectrogram(audio, self.dims.n_mels)
+        content_frames = mel.shape[0] - 1
+        language = opts.language or ("en" if not self.dims.is_multilingual else None)
+        decode_opts = DecodeOptions(
+            **{**opts.decode.__dict__, "temperatures": opts.temperatures(), "max_new_tokens": opts.max_new_tokens}
+        )
+        prompt_tokens = self.tokenizer.encode(" " + opts.prompt.strip()) if opts.prompt and opts.prompt.strip() else []
+        segments: list[Segment] = []
+        history: list[int] = []
+        generated, finish = 0, "stop"
+        seek = 0
+        while seek < content_frames:
+            check()
+            segment_size = min(N_FRAMES, content_frames - seek)
+            features = self._encode(
+                mel[seek : seek + segment_size], opts.window, int(opts.content_padding_s * FRAMES_PER_SECOND), check
+            )
+            if language is None:
+                language = self.detect_language(features)
+            decode_opts = DecodeOptions(**{**decode_opts.__dict__, "language": language})
+            prompt = self._prompt(prompt_tokens, history if opts.condition_on_previous_text else [], language, decode_opts)
+            result = self.decoder.decode_with_fallback(features, prompt, decode_opts, check)
+            generated += len(result.tokens)
+            if result.finish_reason == "length":
+                finish = "length"
+            window_seek = seek
+            if self._is_silence(result, decode_opts):
+                seek += segment_size
+            else:
+                pieces, seek = self._split(result, seek, segment_size)
+                for start, end, tokens in pieces:
+                    text = self.tokenizer.decode(tokens)
+                    if start == end or not text.strip():
+                        continue
+                    seg = Segment(
+                        len(segments), window_seek, start, end, text, tokens, result.temperature,
+                        result.avg_logprob, result.compression_ratio, result.no_speech_prob,
+                    )
+                    segments.append(seg)
+                    history.extend(tokens)
+                    if on_segment is not None:
+                        on_segment(seg)
+            if on_progress is not None:
+                on_progress(min(seek, content_frames) / FRAMES_PER_SECOND, duration)
+        return Transcript(
+            text="".join(s.text for s in segments).strip(),
+            segments=segments,
+            language=language or "en",
+            duration=duration,
+            generated_tokens=generated,
+            finish_reason=finish,
+        )
+
+    def _encode(self, window: mx.array, mode: str, pad_frames: int, check: Callable[[], None]) -> mx.array:
+        frames = window.shape[0]
+        if mode == "full":
+            target = N_FRAMES
+        else:
+            target = min(N_FRAMES, frames + pad_frames)
+            target += target % INPUT_STRIDE
+        if target > frames:
+            # Padding is zeros in the normalised log-mel domain, as faster-whisper pads.
+            window = mx.concatenate([window, mx.zeros((target - frames, window.shape[1]), window.dtype)])
+        features = self.model.encoder(window[None], between_layers=check)
+        mx.eval(features)
+        return features
+
+    def detect_language(self, features: mx.array) -> str:
+        tok = self.tokenizer
+        hidden, _ = self.model.decoder(mx.array([[tok.sot]]), features)
+        logits = np.array(self.model.decoder.logits(hidden[0, -1]), dtype=np.float32)
+        codes = list(tok.language_tokens)
+        ids = np.array([tok.language_tokens[c] for c in codes])
+        return codes[int(np.argmax(logits[ids]))]
+
+    def _prompt(self, prompt_tokens: list[int], history: list[int], language: str, opts: DecodeOptions) -> list[int]:
+        half = self.dims.n_text_ctx // 2 - 1
+        context = (prompt_tokens + history)[-half:]
+        prompt = ([self.tokenizer.sot_prev] + context) if context else []
+        prompt += self.tokenizer.sot_sequence(language, opts.task)
+        if opts.without_timestamps:
+            prompt.append(self.tokenizer.no_timestamps)
+        return prompt
+
+    @staticmethod
+    def _is_silence(result: DecodeResult, opts: DecodeOptions) -> bool:
+        if opts.no_speech_threshold is None or result.no_speech_prob <= opts.no_speech_threshold:
+            return False
+        return not (opts.log_prob_threshold is not None and result.avg_logprob > opts.log_prob_threshold)
+
+    def _split(self, result: DecodeResult, seek: int, segment_size: int) -> tuple[list[tuple[float, float, list[int]]], int]:
+        """Cuts a window's tokens at consecutive timestamp pairs; returns the pieces and the next seek."""
+        tokens, ts = result.tokens, self.tokenizer.timestamp_begin
+        offset = seek / FRAMES_PER_SECOND
+        single_ending = len(tokens) >= 2 and tokens[-2] < ts <= tokens[-1]
+        cuts = [i for i in range(1, len(tokens)) if tokens[i] >= ts and tokens[i - 1] >= ts]
+        if not cuts:
+            stamps = [t for t in tokens if t >= ts]
+            end = segment_size / FRAMES_PER_SECOND
+            if stamps and stamps[-1] != ts:
+                end = (stamps[-1] - ts) * TIME_PRECISION
+            return [(offset, offset + end, tokens)], seek + segment_size
+        if single_ending:
+            cuts.append(len(tokens))
+        pieces, last = [], 0
+        for cut in cuts:
+            piece = tokens[last:cut]
+            pieces.append(
+                (offset + (piece[0] - ts) * TIME_PRECISION, offset + (piece[-1] - ts) * TIME_PRECISION, piece)
+            )
+            last = cut
+        if single_ending:
+            return pieces, seek + segment_size
+        # The last piece is unfinished: decode it again from its start in the next window.
+        return pieces, seek + (tokens[last - 1] - ts) * INPUT_STRIDE

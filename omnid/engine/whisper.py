@@ -1,0 +1,198 @@
+"""Whisper (Radford et al., 2022) in MLX: encoder, decoder with KV cache, and the dims that describe them.
+
+Names follow mlx-examples' Whisper so that an mlx-community checkpoint loads without renaming. Compute stays in
+float32: on the CPU backend float16 matmuls are ~5x slower, and on Metal float32 costs little for these sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+
+KVCache = tuple[mx.array, mx.array]
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    n_mels: int
+    n_audio_ctx: int
+    n_audio_state: int
+    n_audio_head: int
+    n_audio_layer: int
+    n_vocab: int
+    n_text_ctx: int
+    n_text_state: int
+    n_text_head: int
+    n_text_layer: int
+
+    @property
+    def is_multilingual(self) -> bool:
+        # English-only checkpoints have 51864 tokens; multilingual ones 51865 and up.
+        return self.n_vocab >= 51865
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, n_state: int, n_head: int, cross: bool = False):
+        super().__init__()
+        self.n_head = n_head
+        self.cross = cross
+        self.query = nn.Linear(n_state, n_state)
+        self.key = nn.Linear(n_state, n_state, bias=False)
+        self.value = nn.Linear(n_state, n_state)
+        self.out = nn.Linear(n_state, n_state)
+
+    def __call__(
+        self,
+        x: mx.array,
+        xa: mx.array | None = None,
+        mask: mx.array | None = None,
+        kv_cache: KVCache | None = None,
+    ) -> tuple[mx.array, KVCache]:
+        q = self.split_heads(self.query(x))
+        if not self.cross:
+            k, v = self.split_heads(self.key(x)), self.split_heads(self.value(x))
+            if kv_cache is not None:
+                k = mx.concatenate([kv_cache[0], k], axis=2)
+                v = mx.concatenate([kv_cache[1], v], axis=2)
+        elif kv_cache is None:
+            assert xa is not None, "cross-attention needs the audio features or their cached keys/values"
+            k, v = self.split_heads(self.key(xa)), self.split_heads(self.value(xa))
+        else:
+            k, v = kv_cache
+        n_batch, _, n_ctx, head = q.shape
+        wv = mx.fast.scaled_dot_product_attention(q, k, v, scale=head**-0.5, mask=mask)
+        return self.out(wv.transpose(0, 2, 1, 3).reshape(n_batch, n_ctx, self.n_head * head)), (k, v)
+
+    def split_heads(self, t: mx.array) -> mx.array:
+        """(batch, ctx, state) -> (batch, head, ctx, state/head). Caches keep this layout so that a decode step
+        does not re-split 1500 cached cross-attention positions every token."""
+        n_batch, n_ctx, n_state = t.shape
+        return t.reshape(n_batch, n_ctx, self.n_head, n_state // self.n_head).transpose(0, 2, 1, 3)
+
+
+class ResidualAttentionBlock(nn.Module):
+    def __init__(self, n_state: int, n_head: int, cross_attention: bool = False):
+        super().__init__()
+        self.attn = MultiHeadAttention(n_state, n_head)
+        self.attn_ln = nn.LayerNorm(n_state)
+        self.cross_attn = MultiHeadAttention(n_state, n_head, cross=True) if cross_attention else None
+        self.cross_attn_ln = nn.LayerNorm(n_state) if cross_attention else None
+        self.mlp1 = nn.Linear(n_state, 4 * n_state)
+        self.mlp2 = nn.Linear(4 * n_state, n_state)
+        self.mlp_ln = nn.LayerNorm(n_state)
+
+    def __call__(
+        self,
+        x: mx.array,
+        xa: mx.array | None = None,
+        mask: mx.array | None = None,
+        kv_cache: tuple[KVCache | None, KVCache | None] = (None, None),
+    ) -> tuple[mx.array, tuple[KVCache, KVCache | None]]:
+        self_kv, cross_kv = kv_cache
+        y, self_kv = self.attn(self.attn_ln(x), mask=mask, kv_cache=self_kv)
+        x = x + y
+        if self.cross_attn is not None:
+            y, cross_kv = self.cross_attn(self.cross_attn_ln(x), xa, kv_cache=cross_kv)
+            x = x + y
+        x = x + self.mlp2(nn.gelu(self.mlp1(self.mlp_ln(x))))
+        return x, (self_kv, cross_kv)
+
+
+def sinusoids(length: int, channels: int, max_timescale: int = 10000) -> mx.array:
+    log_timescale_increment = mx.log(mx.array(max_timescale, mx.float32)) / (channels // 2 - 1)
+    inv_timescales = mx.exp(-log_timescale_increment * mx.arange(channels // 2, dtype=mx.float32))
+    scaled_time = mx.arange(length, dtype=mx.float32)[:, None] * inv_timescales[None, :]
+    return mx.concatenate([mx.sin(scaled_time), mx.cos(scaled_time)], axis=1)
+
+
+class AudioEncoder(nn.Module):
+    def __init__(self, n_mels: int, n_ctx: int, n_state: int, n_head: int, n_layer: int):
+        super().__init__()
+        self.conv1 = nn.Conv1d(n_mels, n_state, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(n_state, n_state, kernel_size=3, stride=2, padding=1)
+        self.positional_embedding = sinusoids(n_ctx, n_state)
+        self.blocks = [ResidualAttentionBlock(n_state, n_head) for _ in range(n_layer)]
+        self.ln_post = nn.LayerNorm(n_state)
+
+    def __call__(self, mel: mx.array, between_layers: Callable[[], None] | None = None) -> mx.array:
+        """mel: (batch, frames, n_mels) with frames <= 2 * n_ctx. Fewer frames than a full window are
+        encoded as they are (no padding to 30 s); the caller chooses."""
+        x = nn.gelu(self.conv1(mel))
+        x = nn.gelu(self.conv2(x))
+        x = x + self.positional_embedding[: x.shape[1]]
+        for block in self.blocks:
+            x, _ = block(x)
+            if between_layers is not None:
+                # Evaluating layer by layer lets a cancelled job stop inside the encoder.
+                mx.eval(x)
+                between_layers()
+        return self.ln_post(x)
+
+
+class TextDecoder(nn.Module):
+    def __init__(self, n_vocab: int, n_ctx: int, n_state: int, n_head: int, n_layer: int):
+        super().__init__()
+        self.token_embedding = nn.Embedding(n_vocab, n_state)
+        self.positional_embedding = mx.zeros((n_ctx, n_state))
+        self.blocks = [ResidualAttentionBlock(n_state, n_head, cross_attention=True) for _ in range(n_layer)]
+        self.ln = nn.LayerNorm(n_state)
+        self._projection: mx.array | None = None
+
+    def __call__(
+        self,
+        tokens: mx.array,
+        xa: mx.array | None,
+        kv_cache: list[tuple[KVCache, KVCache | None]] | None = None,
+    ) -> tuple[mx.array, list[tuple[KVCache, KVCache | None]]]:
+        """tokens: (batch, n_new). Returns hidden states (not logits) so callers project only the rows
+        they need onto the vocabulary."""
+        offset = kv_cache[0][0][0].shape[2] if kv_cache and kv_cache[0][0] is not None else 0
+        x = self.token_embedding(tokens) + self.positional_embedding[offset : offset + tokens.shape[-1]]
+        n_new = tokens.shape[-1]
+        mask = _causal_mask(n_new, offset) if n_new > 1 else None
+        caches = kv_cache or [(None, None)] * len(self.blocks)
+        new_caches = []
+        for block, cache in zip(self.blocks, caches):
+            x, cache = block(x, xa, mask=mask, kv_cache=cache)
+            new_caches.append(cache)
+        return self.ln(x), new_caches
+
+    def logits(self, hidden: mx.array) -> mx.array:
+        if self._projection is not None:
+            return hidden @ self._projection
+        return self.token_embedding.as_linear(hidden)
+
+    def freeze_projection(self) -> None:
+        """On the CPU keep a contiguous (state, vocab) copy of the tied embedding: MLX multiplies a row vector by
+        it ~2x faster than by the transposed (vocab, state) view, and this matmul is a third of each step."""
+        self._projection = None
+        if mx.default_device().type == mx.cpu:
+            self._projection = mx.contiguous(self.token_embedding.weight.T)
+            mx.eval(self._projection)
+
+    def cross_kv(self, xa: mx.array) -> list[tuple[None, KVCache]]:
+        """Cross-attention keys and values of one window, computed once and reused for every token."""
+        attn = [b.cross_attn for b in self.blocks]
+        # Contiguous, or every step's attention would copy the strided view again.
+        return [(None, (mx.contiguous(a.split_heads(a.key(xa))), mx.contiguous(a.split_heads(a.value(xa))))) for a in attn]
+
+
+def _causal_mask(n_new: int, offset: int) -> mx.array:
+    rows = mx.arange(n_new)[:, None] + offset
+    cols = mx.arange(offset + n_new)[None, :]
+    return mx.where(cols > rows, mx.array(-mx.inf, mx.float32), mx.array(0.0, mx.float32))
+
+
+class Whisper(nn.Module):
+    def __init__(self, dims: ModelDims):
+        super().__init__()
+        self.dims = dims
+        self.encoder = AudioEncoder(
+            dims.n_mels, dims.n_audio_ctx, dims.n_audio_state, dims.n_audio_head, dims.n_audio_layer
+        )
+        self.decoder = TextDecoder(
+            dims.n_vocab, dims.n_text_ctx, dims.n_text_state, dims.n_text_head, dims.n_text_layer
+        )

@@ -1,0 +1,31 @@
+"""structlog set-up: readable lines on a terminal, JSON lines otherwise; stderr, never stdout."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import structlog
+
+
+def configure_logging(level: str | None = None) -> None:
+    level_name = (level or os.environ.get("OMNID_LOG_LEVEL", "warning")).upper()
+    numeric = getattr(logging, level_name, logging.WARNING)
+    renderer = (
+        structlog.dev.ConsoleRenderer(colors=False)
+        if sys.stderr.isatty()
+        else structlog.processors.JSONRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )

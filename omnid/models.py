@@ -1,0 +1,41 @@
+"""From configuration to running engines: one EngineRuntime per configured model, and request options."""
+
+from __future__ import annotations
+
+from omnid.config import Config, ModelConfig, TranscriptionConfig, load_pins, model_folder
+from omnid.engine.decoding import DecodeOptions
+from omnid.engine.runtime import EngineRuntime
+from omnid.engine.transcriber import TranscribeOptions, WhisperEngine
+
+
+def whisper_runtime(model: ModelConfig, config: Config) -> EngineRuntime[WhisperEngine]:
+    folder = model_folder(model)
+    pins = load_pins().get(model.id, {})
+    return EngineRuntime(model.id, lambda: WhisperEngine(model.id, folder, pins), config.engine.max_queue)
+
+
+def transcribe_options(
+    t: TranscriptionConfig,
+    *,
+    language: str | None = None,
+    prompt: str | None = None,
+    temperature: float = 0.0,
+    max_new_tokens: int | None = None,
+    window: str | None = None,
+) -> TranscribeOptions:
+    return TranscribeOptions(
+        language=language,
+        prompt=prompt,
+        temperature=temperature,
+        temperature_increment=t.temperature_increment,
+        condition_on_previous_text=t.condition_on_previous_text,
+        max_new_tokens=max_new_tokens or None,
+        window=window or t.window,
+        content_padding_s=t.content_padding_s,
+        decode=DecodeOptions(
+            compression_ratio_threshold=t.compression_ratio_threshold,
+            log_prob_threshold=t.log_prob_threshold,
+            no_speech_threshold=t.no_speech_threshold,
+            max_initial_timestamp=t.max_initial_timestamp,
+        ),
+    )

@@ -1,0 +1,48 @@
+"""Shared fixtures: the real tiny.en checkpoint, the shared corpus, and one engine runtime for the session."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import omnid  # noqa: F401  (preloads OpenBLAS before any test imports mlx)
+from omnid.audio import decode_audio
+from omnid.config import load_config, model_folder
+
+CORPUS = Path(os.environ.get("OMNID_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
+
+
+def manifest() -> dict[str, dict]:
+    return {d["id"]: d for d in map(json.loads, (CORPUS / "manifest.jsonl").read_text().splitlines())}
+
+
+def reference(system: str = "faster-whisper-tiny.en") -> dict[str, str]:
+    lines = (CORPUS / "reference" / f"{system}.jsonl").read_text().splitlines()
+    return {d["id"]: d["text"] for d in map(json.loads, lines)}
+
+
+def clip_audio(clip_id: str):
+    return decode_audio(CORPUS / manifest()[clip_id]["path"])
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    assert (CORPUS / "manifest.jsonl").exists(), f"the shared corpus is missing at {CORPUS}"
+    return CORPUS
+
+
+@pytest.fixture(scope="session")
+def tiny_folder() -> Path:
+    return model_folder(load_config().model("tiny.en"))
+
+
+@pytest.fixture(scope="session")
+def engine(tiny_folder):
+    """The real tiny.en engine. Tests call it from one thread at a time (pytest runs tests serially)."""
+    from omnid.config import load_pins
+    from omnid.engine.transcriber import WhisperEngine
+
+    return WhisperEngine("tiny.en", tiny_folder, load_pins()["tiny.en"])

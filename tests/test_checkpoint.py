@@ -1,0 +1,194 @@
+"""Loading Whisper checkpoints in the three formats, and failing at load on broken ones."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from omnid.engine.checkpoint import expected_shapes, load_checkpoint
+from omnid.engine.errors import CheckpointError
+from omnid.engine.pins import sha256, verify
+from omnid.engine.whisper import ModelDims, Whisper
+
+SMALL = ModelDims(n_mels=80, n_audio_ctx=24, n_audio_state=32, n_audio_head=4, n_audio_layer=2,
+                  n_vocab=51864, n_text_ctx=16, n_text_state=32, n_text_head=4, n_text_layer=2)
+
+# Hugging Face names for the canonical (mlx-examples) names, written out here independently of the loader.
+HF_BLOCK = {"attn.query": "self_attn.q_proj", "attn.key": "self_attn.k_proj", "attn.value": "self_attn.v_proj",
+            "attn.out": "self_attn.out_proj", "attn_ln": "self_attn_layer_norm",
+            "cross_attn.query": "encoder_attn.q_proj", "cross_attn.key": "encoder_attn.k_proj",
+            "cross_attn.value": "encoder_attn.v_proj", "cross_attn.out": "encoder_attn.out_proj",
+            "cross_attn_ln": "encoder_attn_layer_norm", "mlp1": "fc1", "mlp2": "fc2", "mlp_ln": "final_layer_norm"}
+
+
+def to_hf(name: str) -> str:
+    fixed = {"encoder.positional_embedding": "model.encoder.embed_positions.weight",
+             "decoder.positional_embedding": "model.decoder.embed_positions.weight",
+             "decoder.token_embedding.weight": "model.decoder.embed_tokens.weight"}
+    if name in fixed:
+        return fixed[name]
+    name = name.replace("encoder.ln_post.", "encoder.layer_norm.").replace("decoder.ln.", "decoder.layer_norm.")
+    if ".blocks." in name:
+        side, _, i, rest = name.split(".", 3)
+        module, leaf = rest.rsplit(".", 1)
+        name = f"{side}.layers.{i}.{HF_BLOCK[module]}.{leaf}"
+    return "model." + name
+
+
+def random_weights(dims: ModelDims, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {k: (rng.standard_normal(s) * 0.2).astype(np.float32) for k, s in expected_shapes(dims).items()}
+
+
+def write_mlx(folder: Path, dims: ModelDims, weights: dict[str, np.ndarray], npz: bool = False) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({**dims.__dict__, "model_type": "whisper"}))
+    arrays = {k: mx.array(v).astype(mx.float16) for k, v in weights.items()}
+    if npz:
+        mx.savez(str(folder / "weights.npz"), **arrays)
+    else:
+        mx.save_safetensors(str(folder / "weights.safetensors"), arrays)
+    return folder
+
+
+def write_hf(folder: Path, dims: ModelDims, weights: dict[str, np.ndarray]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "whisper", "num_mel_bins": dims.n_mels, "max_source_positions": dims.n_audio_ctx,
+        "d_model": dims.n_audio_state, "encoder_attention_heads": dims.n_audio_head,
+        "encoder_layers": dims.n_audio_layer, "vocab_size": dims.n_vocab,
+        "max_target_positions": dims.n_text_ctx, "decoder_attention_heads": dims.n_text_head,
+        "decoder_layers": dims.n_text_layer,
+    }))
+    arrays = {}
+    for k, v in weights.items():
+        if k.endswith(("conv1.weight", "conv2.weight")):
+            v = v.transpose(0, 2, 1)  # torch stores (out, in, kernel)
+        arrays[to_hf(k)] = mx.array(v)
+    arrays["proj_out.weight"] = arrays["model.decoder.embed_tokens.weight"]
+    mx.save_safetensors(str(folder / "model.safetensors"), arrays)
+    return folder
+
+
+def logits_of(weights: dict, dims: ModelDims) -> np.ndarray:
+    model = Whisper(dims)
+    model.load_weights([(k, mx.array(v) if isinstance(v, np.ndarray) else v) for k, v in weights.items()])
+    rng = np.random.default_rng(1)
+    mel = mx.array(rng.standard_normal((1, 2 * dims.n_audio_ctx, dims.n_mels)).astype(np.float32))
+    features = model.encoder(mel)
+    hidden, _ = model.decoder(mx.array([[50257, 50362, 400, 500]]), features)
+    return np.array(model.decoder.logits(hidden))
+
+
+def fp16(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: v.astype(np.float16).astype(np.float32) for k, v in weights.items()}
+
+
+def test_random_checkpoint_same_logits_in_mlx_and_transformers_formats(tmp_path):
+    weights = fp16(random_weights(SMALL))  # the mlx copy is stored as float16
+    direct = logits_of(weights, SMALL)
+    for folder, fmt in [
+        (write_mlx(tmp_path / "mlx", SMALL, weights), "mlx"),
+        (write_mlx(tmp_path / "npz", SMALL, weights, npz=True), "mlx"),
+        (write_hf(tmp_path / "hf", SMALL, weights), "transformers"),
+    ]:
+        ckpt = load_checkpoint(folder)
+        assert ckpt.format == fmt and ckpt.dims == SMALL
+        np.testing.assert_allclose(logits_of(ckpt.weights, ckpt.dims), direct, rtol=1e-5, atol=1e-5)
+
+
+def test_real_tiny_en_loads_and_matches_when_rewritten_in_other_formats(tiny_folder, tmp_path):
+    ct2 = load_checkpoint(tiny_folder)
+    assert ct2.format == "ctranslate2"
+    assert ct2.dims == ModelDims(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)
+    assert ct2.alignment_heads[:2] == ((1, 0), (2, 0))
+    weights = {k: np.array(v) for k, v in ct2.weights.items()}
+    reference = logits_of(ct2.weights, ct2.dims)
+    hf = load_checkpoint(write_hf(tmp_path / "hf", ct2.dims, weights))
+    np.testing.assert_allclose(logits_of(hf.weights, hf.dims), reference, rtol=1e-4, atol=1e-4)
+    mlx_ckpt = load_checkpoint(write_mlx(tmp_path / "mlx", ct2.dims, weights))
+    # model.bin is float16 already, so the float16 mlx copy is exact.
+    np.testing.assert_allclose(logits_of(mlx_ckpt.weights, mlx_ckpt.dims), reference, rtol=1e-4, atol=1e-4)
+
+
+def test_truncated_model_bin_fails_at_load_naming_file_and_tensor(tiny_folder, tmp_path):
+    folder = tmp_path / "cut"
+    folder.mkdir()
+    data = (tiny_folder / "model.bin").read_bytes()
+    (folder / "model.bin").write_bytes(data[: len(data) // 2])
+    shutil.copy(tiny_folder / "config.json", folder)
+    with pytest.raises(CheckpointError, match=r"model\.bin: truncated while reading data of tensor \w+/"):
+        load_checkpoint(folder)
+
+
+def test_corrupt_header_and_unknown_dtype_fail_at_load(tiny_folder, tmp_path):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    data = bytearray((tiny_folder / "model.bin").read_bytes())
+    (folder / "model.bin").write_bytes(b"\x63\x00\x00\x00" + bytes(data[4:]))
+    with pytest.raises(CheckpointError, match="unsupported CTranslate2 format version 99"):
+        load_checkpoint(folder)
+    # The first tensor's dtype byte sits after version, spec name, revision, count, name, rank and dims.
+    name_len = int.from_bytes(data[4:6], "little")
+    pos = 4 + 2 + name_len + 4 + 4
+    first_name_len = int.from_bytes(data[pos : pos + 2], "little")
+    pos += 2 + first_name_len
+    rank = data[pos]
+    data[pos + 1 + 4 * rank] = 42
+    (folder / "model.bin").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="unknown dtype id 42"):
+        load_checkpoint(folder)
+
+
+def test_garbage_safetensors_fails_at_load_naming_file(tmp_path):
+    folder = write_hf(tmp_path / "hf", SMALL, random_weights(SMALL))
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file at all")
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: cannot read tensors"):
+        load_checkpoint(folder)
+
+
+def test_missing_and_misshapen_tensors_fail_naming_the_tensor(tmp_path):
+    weights = random_weights(SMALL)
+    del weights["decoder.blocks.1.mlp2.bias"]
+    with pytest.raises(CheckpointError, match=r"weights\.safetensors: missing tensor decoder\.blocks\.1\.mlp2\.bias"):
+        load_checkpoint(write_mlx(tmp_path / "a", SMALL, weights))
+    weights = random_weights(SMALL)
+    weights["encoder.blocks.0.attn.query.weight"] = np.zeros((8, 8), np.float32)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: tensor encoder\.blocks\.0\.attn\.query\.weight has shape \(8, 8\)"):
+        load_checkpoint(write_hf(tmp_path / "b", SMALL, weights))
+
+
+def test_bad_config_and_integer_tensor_fail_at_load(tmp_path):
+    folder = write_mlx(tmp_path / "a", SMALL, random_weights(SMALL))
+    (folder / "config.json").write_text(json.dumps({**SMALL.__dict__, "n_audio_head": "six"}))
+    with pytest.raises(CheckpointError, match="n_audio_head must be a positive integer"):
+        load_checkpoint(folder)
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"config\.json: not valid JSON"):
+        load_checkpoint(folder)
+    weights = {k: mx.array(v) for k, v in random_weights(SMALL).items()}
+    weights["decoder.ln.bias"] = mx.zeros((32,), mx.int32)
+    folder = tmp_path / "b"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(SMALL.__dict__))
+    mx.save_safetensors(str(folder / "weights.safetensors"), weights)
+    with pytest.raises(CheckpointError, match="tensor decoder.ln.bias has dtype mlx.core.int32"):
+        load_checkpoint(folder)
+
+
+def test_not_a_checkpoint_folder(tmp_path):
+    with pytest.raises(CheckpointError, match="no Whisper checkpoint found"):
+        load_checkpoint(tmp_path)
+
+
+def test_pins_pass_and_mismatch_names_the_file(tiny_folder, tmp_path):
+    config = tiny_folder / "config.json"
+    assert verify([config], {"config.json": sha256(config)}) == {"config.json": "ok"}
+    assert verify([config], {}) == {"config.json": "unpinned"}
+    with pytest.raises(CheckpointError, match=r"config\.json: SHA-256 [0-9a-f]{64} does not match its pin 00"):
+        verify([config], {"config.json": "00" * 32})
