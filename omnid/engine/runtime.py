@@ -166,28 +166,28 @@ class EngineRuntime(Generic[E]):
                 job = heapq.heappop(self._heap)
                 self._queued -= 1
                 self._running += 1
-            try:
-                self._run(job)
-            finally:
-                with self._cv:
-                    self._running -= 1
-                    idle = not self._heap
-                if idle:
-                    clear_mlx_cache()
+            outcome = self._run(job)
+            with self._cv:
+                self._running -= 1
+                idle = not self._heap
+            # The count drops before the caller hears back, so an answered request is never seen as running.
+            if outcome is not None:
+                _post(job, *outcome)
+            if idle:
+                clear_mlx_cache()
 
-    def _run(self, job: _Job) -> None:
+    def _run(self, job: _Job) -> tuple[Any, BaseException | None] | None:
         if job.cancelled.is_set():
-            return
+            return None
         started = time.monotonic()
         try:
-            result, error = job.fn(job.check), None
+            return job.fn(job.check), None
         except JobCancelledError as exc:
-            result, error = None, exc
             log.info("job_cancelled", engine=self.name, ran_s=round(time.monotonic() - started, 3))
+            return None, exc
         except Exception as exc:  # the job's own failure belongs to its caller
-            result, error = None, exc
             log.exception("job_failed", engine=self.name)
-        _post(job, result, error)
+            return None, exc
 
 
 def _post(job: _Job, result: Any, error: BaseException | None) -> None:

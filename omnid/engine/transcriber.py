@@ -156,6 +156,8 @@ class WhisperEngine:
                     text = self.tokenizer.decode(tokens)
                     if start == end or not text.strip():
                         continue
+                    # Whisper may stamp an end past the audio; subtitles should not outlast it.
+                    start, end = min(start, duration), min(end, duration)
                     seg = Segment(
                         len(segments), window_seek, start, end, text, tokens, result.temperature,
                         result.avg_logprob, result.compression_ratio, result.no_speech_prob,

