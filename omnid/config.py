@@ -26,7 +26,8 @@ class EngineConfig(msgspec.Struct, forbid_unknown_fields=True):
 class TranscriptionConfig(msgspec.Struct, forbid_unknown_fields=True):
     default_model: str = "tiny.en"
     window: Literal["full", "content"] = "full"
-    content_padding_s: float = 3.0
+    content_padding_s: float = 2.0
+    content_min_window_s: float = 10.0
     condition_on_previous_text: bool = False
     temperature_increment: float = 0.2
     compression_ratio_threshold: float | None = 2.4
@@ -103,8 +104,10 @@ def _check(config: Config) -> None:
     t = config.transcription
     if t.max_audio_seconds <= 0:
         raise ConfigError("transcription.max_audio_seconds must be positive")
-    if t.content_padding_s < 0:
-        raise ConfigError("transcription.content_padding_s must not be negative")
+    if not 0 <= t.content_padding_s <= 30:
+        raise ConfigError("transcription.content_padding_s must be between 0 and 30")
+    if not 0 <= t.content_min_window_s <= 30:
+        raise ConfigError("transcription.content_min_window_s must be between 0 and 30")
     ids = [m.id for m in config.models]
     if len(set(ids)) != len(ids):
         raise ConfigError("models: model ids must be unique")

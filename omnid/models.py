@@ -32,6 +32,7 @@ def transcribe_options(
         max_new_tokens=max_new_tokens or None,
         window=window or t.window,
         content_padding_s=t.content_padding_s,
+        content_min_window_s=t.content_min_window_s,
         decode=DecodeOptions(
             compression_ratio_threshold=t.compression_ratio_threshold,
             log_prob_threshold=t.log_prob_threshold,

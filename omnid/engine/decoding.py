@@ -25,6 +25,8 @@ class DecodeOptions:
     temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     max_new_tokens: int | None = None
     max_initial_timestamp: float = 1.0
+    # The window's real content ends here (seconds); set when a short window is encoded without 30 s padding.
+    max_timestamp: float | None = None
     without_timestamps: bool = False
     suppress_blank: bool = True
     compression_ratio_threshold: float | None = 2.4
@@ -89,6 +91,14 @@ class LogitRules:
             logits[:ts] = NEG_INF
             if opts.max_initial_timestamp is not None:
                 logits[ts + int(round(opts.max_initial_timestamp / TIME_PRECISION)) + 1 :] = NEG_INF
+        if opts.max_timestamp is not None:
+            last_allowed = ts + int(np.ceil(opts.max_timestamp / TIME_PRECISION))
+            logits[last_allowed + 1 :] = NEG_INF
+            if last_was_ts and penultimate_was_ts and sampled and sampled[-1] >= last_allowed:
+                # A segment closed at the end of the content: nothing is left to transcribe.
+                logits[: self.tok.eot] = NEG_INF
+                logits[self.tok.eot + 1 :] = NEG_INF
+                return
         logprobs = _log_softmax(logits)
         ts_logprob = np.logaddexp.reduce(logprobs[ts:])
         if ts_logprob > np.max(logprobs[:ts]):
