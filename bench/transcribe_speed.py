@@ -40,11 +40,11 @@ def load_audio(rows: list[dict]) -> list:
     return [decode_audio(CORPUS / r["path"]) for r in rows]
 
 
-def worker(system: str, every: int, limit: int | None, repeats: int, threads: int) -> dict:
+def worker(system: str, every: int, limit: int | None, repeats: int, threads: int, fallback: bool) -> dict:
     rows = clips(every, limit)
     audio = load_audio(rows)
     started = time.perf_counter()
-    transcribe = _system(system, threads)
+    transcribe = _system(system, threads, fallback)
     if transcribe is None:
         return {"system": system, "skipped": "not installed"}
     load_s = time.perf_counter() - started
@@ -59,7 +59,10 @@ def worker(system: str, every: int, limit: int | None, repeats: int, threads: in
     return {"system": system, "load_s": load_s, "runs": runs, "texts": texts, "peak_rss_mb": rss_mb}
 
 
-def _system(system: str, threads: int):
+FALLBACK = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+def _system(system: str, threads: int, fallback: bool):
     if system.startswith("omnid"):
         import omnid  # noqa: F401  (OpenBLAS preload before mlx)
         from omnid.config import load_config, load_pins, model_folder
@@ -67,7 +70,9 @@ def _system(system: str, threads: int):
 
         folder = model_folder(load_config().model("tiny.en"))
         engine = WhisperEngine("tiny.en", folder, load_pins()["tiny.en"])
-        opts = TranscribeOptions(temperature=0.0, temperature_increment=0.0, window=system.split("-")[1])
+        opts = TranscribeOptions(
+            temperature=0.0, temperature_increment=0.2 if fallback else 0.0, window=system.split("-")[1]
+        )
         return lambda a: engine.transcribe(a, opts).text
     if system.startswith("faster-whisper"):
         from faster_whisper import WhisperModel
@@ -79,7 +84,8 @@ def _system(system: str, threads: int):
 
         def run(a):
             segments, _ = model.transcribe(
-                a, language="en", beam_size=1, temperature=0.0, condition_on_previous_text=False, vad_filter=False
+                a, language="en", beam_size=1, temperature=list(FALLBACK) if fallback else 0.0,
+                condition_on_previous_text=False, vad_filter=False,
             )
             return "".join(s.text for s in segments).strip()
 
@@ -109,7 +115,8 @@ def _mlx_whisper():
     weights = {k: v for k, v in ckpt.weights.items() if k != "encoder.positional_embedding"}
     mx.save_safetensors(str(out / "weights.safetensors"), weights)
     return lambda a: mlx_whisper.transcribe(
-        a, path_or_hf_repo=str(out), language="en", temperature=0.0, condition_on_previous_text=False
+        a, path_or_hf_repo=str(out), language="en", temperature=FALLBACK if fallback else 0.0,
+        condition_on_previous_text=False,
     )["text"].strip()
 
 
@@ -120,10 +127,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     p.add_argument("--systems", nargs="*", default=SYSTEMS)
+    p.add_argument("--fallback", action="store_true",
+                   help="Whisper's temperature fallback (0.0, 0.2, ... 1.0) for every system instead of greedy only")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.every, args.limit, args.repeats, args.threads)))
+        print(json.dumps(worker(args.worker, args.every, args.limit, args.repeats, args.threads, args.fallback)))
         return
 
     from omnid.scoring import ErrorRate
@@ -135,12 +144,14 @@ def main() -> None:
     ref_rate = ErrorRate()
     for r in rows:
         ref_rate.add(r["text"], ref[r["id"]], "en")
-    print(f"{len(rows)} English clips, {audio_s:.1f} s of audio, {args.repeats} repeats, {args.threads} threads, "
+    mode = "temperature fallback 0.0-1.0" if args.fallback else "greedy, temperature 0, no fallback"
+    print(f"{len(rows)} English clips, {audio_s:.1f} s of audio, {mode}, {args.repeats} repeats, {args.threads} threads, "
           f"{os.cpu_count()} cores; reference file WER {ref_rate.percent:.2f} %\n")
     results = []
     for system in args.systems:
         cmd = [sys.executable, __file__, "--worker", system, "--every", str(args.every), "--repeats", str(args.repeats),
-               "--threads", str(args.threads)] + (["--limit", str(args.limit)] if args.limit else [])
+               "--threads", str(args.threads)] + (["--limit", str(args.limit)] if args.limit else []) + (
+                   ["--fallback"] if args.fallback else [])
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             print(f"{system}: failed\n{done.stderr[-2000:]}")

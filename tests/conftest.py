@@ -46,3 +46,12 @@ def engine(tiny_folder):
     from omnid.engine.transcriber import WhisperEngine
 
     return WhisperEngine("tiny.en", tiny_folder, load_pins()["tiny.en"])
+
+
+@pytest.fixture(scope="session")
+def server():
+    """One real daemon (default config, OS-chosen port) shared by the API tests."""
+    from tests.server import ServerThread
+
+    with ServerThread() as srv:
+        yield srv

@@ -67,6 +67,9 @@ class TranscribeOptions:
     # Whisper rarely ends a decode and repeats itself (measured on the corpus's 1-2 s clips).
     content_padding_s: float = 2.0
     content_min_window_s: float = 10.0
+    # Tokens a window may decode: base + rate x its seconds of audio (30 s -> 616, above Whisper's 448 limit).
+    token_budget_base: int = 16
+    tokens_per_second: float = 20.0
     decode: DecodeOptions = field(default_factory=DecodeOptions)
 
     def temperatures(self) -> tuple[float, ...]:
@@ -141,8 +144,16 @@ class WhisperEngine:
             features = self._encode(mel[seek : seek + segment_size], opts, check)
             if language is None:
                 language = self.detect_language(features)
-            content_end = segment_size / FRAMES_PER_SECOND if opts.window == "content" else None
-            decode_opts = DecodeOptions(**{**decode_opts.__dict__, "language": language, "max_timestamp": content_end})
+            seconds = segment_size / FRAMES_PER_SECOND
+            content_end = seconds if opts.window == "content" else None
+            # Speech never needs more than a few tokens a second; a decode past this budget is a loop, cut early
+            # so that the fallback (compression ratio) retries it instead of running to the context limit.
+            budget = int(opts.token_budget_base + opts.tokens_per_second * seconds)
+            if opts.max_new_tokens:
+                budget = min(budget, opts.max_new_tokens)
+            decode_opts = DecodeOptions(
+                **{**decode_opts.__dict__, "language": language, "max_timestamp": content_end, "max_new_tokens": budget}
+            )
             prompt = self._prompt(prompt_tokens, history if opts.condition_on_previous_text else [], language, decode_opts)
             result = self.decoder.decode_with_fallback(features, prompt, decode_opts, check)
             generated += len(result.tokens)

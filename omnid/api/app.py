@@ -1,0 +1,62 @@
+"""The aiohttp application factory: routes translate between HTTP and the domain, nothing more."""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+from aiohttp import web
+
+from omnid.api import vad
+from omnid.api.errors import error_middleware
+from omnid.services import Services
+
+SERVICES = web.AppKey("services", Services)
+STARTED = web.AppKey("started", float)
+
+
+class ModelCard(msgspec.Struct):
+    id: str
+    object: str = "model"
+    owned_by: str = "omnid"
+    kind: str = "whisper"
+
+
+class ModelList(msgspec.Struct):
+    data: list[ModelCard]
+    object: str = "list"
+
+
+def json_response(body: object, status: int = 200) -> web.Response:
+    return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json")
+
+
+async def health(request: web.Request) -> web.Response:
+    services = request.app[SERVICES]
+    body = {
+        "status": "healthy" if services.ready else "loading",
+        "running": True,
+        "request_states": services.request_states(),
+        "models": {r.name: r.request_states for r in services.runtimes()},
+        "uptime_s": round(time.monotonic() - request.app[STARTED], 3),
+    }
+    return json_response(body, 200 if services.ready else 503)
+
+
+async def models(request: web.Request) -> web.Response:
+    services = request.app[SERVICES]
+    cards = [ModelCard(mid) for mid in services.transcribers]
+    if services.vad is not None:
+        cards.append(ModelCard(services.vad.name, kind="silero_vad"))
+    return json_response(ModelList(cards))
+
+
+def create_app(services: Services) -> web.Application:
+    max_body = int(services.config.server.max_upload_mb * 1024 * 1024)
+    app = web.Application(middlewares=[error_middleware], client_max_size=max_body)
+    app[SERVICES] = services
+    app[STARTED] = time.monotonic()
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    vad.add_routes(app, SERVICES)
+    return app

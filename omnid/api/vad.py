@@ -1,0 +1,110 @@
+"""Silero VAD routes: speech timestamps over an uploaded file, and probabilities over a WebSocket stream."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+from aiohttp import WSMsgType, web
+
+from omnid.api.errors import ApiError, invalid
+from omnid.api.forms import integer, number, read_form
+from omnid.audio import AudioDecodeError, decode_audio
+from omnid.engine.errors import QueueFullError
+from omnid.engine.runtime import Priority
+from omnid.vad.segments import SpeechParams, speech_timestamps
+from omnid.vad.silero import SAMPLE_RATE
+from omnid.vad.stream import VadStream, probabilities
+
+
+def add_routes(app: web.Application, key: web.AppKey) -> None:
+    async def timestamps_handler(request: web.Request) -> web.Response:
+        return await speech_timestamps_route(request, request.app[key])
+
+    async def stream_handler(request: web.Request) -> web.WebSocketResponse:
+        return await stream_route(request, request.app[key])
+
+    app.router.add_post("/v1/vad/speech_timestamps", timestamps_handler)
+    app.router.add_get("/v1/vad/stream", stream_handler)
+
+
+def _unavailable(services) -> ApiError | None:
+    if not services.ready or services.vad is None:
+        return ApiError(503, "models are still loading", code="loading", type="server_error", headers={"Retry-After": "1"})
+    return None
+
+
+async def speech_timestamps_route(request: web.Request, services) -> web.Response:
+    if (err := _unavailable(services)) is not None:
+        raise err
+    config = services.config
+    form = await read_form(request, int(config.server.max_upload_mb * 1024 * 1024))
+    defaults = SpeechParams()
+    params = SpeechParams(
+        threshold=_or(number(form, "threshold", low=0.0, high=1.0), defaults.threshold),
+        min_speech_duration_ms=_or(integer(form, "min_speech_duration_ms"), defaults.min_speech_duration_ms),
+        min_silence_duration_ms=_or(integer(form, "min_silence_duration_ms"), defaults.min_silence_duration_ms),
+        speech_pad_ms=_or(integer(form, "speech_pad_ms"), defaults.speech_pad_ms),
+    )
+    if form.file is None:
+        raise invalid("file", "file is required: a multipart part named 'file' with a filename", "missing_file")
+    loop = asyncio.get_running_loop()
+    try:
+        audio = await loop.run_in_executor(None, decode_audio, form.file, config.transcription.max_audio_seconds)
+    except AudioDecodeError as exc:
+        raise invalid("file", f"file: {exc}", "invalid_audio") from exc
+    try:
+        probs = await services.vad.submit(lambda check: probabilities(services.vad.engine, audio, check), Priority.FILE)
+    except QueueFullError as exc:
+        raise ApiError(503, str(exc), code="server_busy", type="server_error", headers={"Retry-After": "1"}) from exc
+    spans = speech_timestamps(probs, len(audio), params)
+    return web.json_response({"sample_rate": SAMPLE_RATE, "timestamps": spans})
+
+
+def _or(value, default):
+    return default if value is None else value
+
+
+async def stream_route(request: web.Request, services) -> web.WebSocketResponse:
+    max_samples = int(services.config.vad.max_frame_seconds * SAMPLE_RATE)
+    # A little above the largest legal frame, so an over-long frame gets our error rather than a bare close.
+    ws = web.WebSocketResponse(max_msg_size=max_samples * 4 + (1 << 20), heartbeat=30)
+    await ws.prepare(request)
+    if (err := _unavailable(services)) is not None:
+        await _fail(ws, err.message)
+        return ws
+    stream = VadStream()
+    async for msg in ws:
+        if msg.type == WSMsgType.BINARY:
+            error = _check_frame(msg.data, max_samples)
+            if error:
+                await _fail(ws, error)
+                break
+            samples = np.frombuffer(msg.data, dtype="<f4")
+            try:
+                probs = await services.vad_batcher.feed(stream, samples)
+            except QueueFullError as exc:
+                await _fail(ws, str(exc))
+                break
+            await ws.send_json({"probability": float(probs[-1]) if len(probs) else None})
+        elif msg.type == WSMsgType.TEXT:
+            await _fail(ws, "text frames are not accepted: send binary float32 little-endian 16 kHz samples")
+            break
+        else:
+            break
+    return ws
+
+
+def _check_frame(data: bytes, max_samples: int) -> str | None:
+    if len(data) % 4:
+        return f"frame of {len(data)} bytes is not whole float32 samples (byte count must be divisible by 4)"
+    if len(data) // 4 > max_samples:
+        return f"frame of {len(data) // 4} samples is longer than {max_samples / SAMPLE_RATE:g} s"
+    if not np.all(np.isfinite(np.frombuffer(data, dtype="<f4"))):
+        return "frame contains a non-finite sample (NaN or infinity)"
+    return None
+
+
+async def _fail(ws: web.WebSocketResponse, message: str) -> None:
+    await ws.send_json({"error": message})
+    await ws.close()

@@ -1,0 +1,64 @@
+"""The daemon's engines: one runtime per configured model plus Silero VAD, started together."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from omnid.config import Config
+from omnid.engine.runtime import EngineRuntime
+from omnid.engine.transcriber import WhisperEngine
+from omnid.models import whisper_runtime
+from omnid.vad.batcher import VadBatcher
+from omnid.vad.silero import SileroVAD
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class Services:
+    config: Config
+    transcribers: dict[str, EngineRuntime[WhisperEngine]] = field(default_factory=dict)
+    vad: EngineRuntime[SileroVAD] | None = None
+    vad_batcher: VadBatcher | None = None
+    ready: bool = False
+    failure: str | None = None
+
+    @classmethod
+    def create(cls, config: Config) -> "Services":
+        services = cls(config)
+        for model in config.models:
+            services.transcribers[model.id] = whisper_runtime(model, config)
+        weights = Path(config.vad.weights).expanduser() if config.vad.weights else None
+        services.vad = EngineRuntime(config.vad.id, lambda: SileroVAD.load(weights), config.vad.max_queue)
+        services.vad_batcher = VadBatcher(services.vad)
+        return services
+
+    def runtimes(self) -> list[EngineRuntime]:
+        return [*self.transcribers.values(), *([self.vad] if self.vad else [])]
+
+    async def start(self) -> None:
+        """Loads every engine on its own thread; raises the first load failure."""
+        for runtime in self.runtimes():
+            runtime.start()
+        try:
+            await asyncio.gather(*(r.wait_loaded() for r in self.runtimes()))
+        except Exception as exc:
+            self.failure = str(exc)
+            raise
+        self.ready = True
+        log.info("engines_ready", models=[r.name for r in self.runtimes()])
+
+    def close(self) -> None:
+        for runtime in self.runtimes():
+            runtime.close()
+
+    def request_states(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for runtime in self.runtimes():
+            for state, n in runtime.request_states.items():
+                total[state] = total.get(state, 0) + n
+        return total
