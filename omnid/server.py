@@ -22,7 +22,10 @@ class Server:
     def __init__(self, config: Config):
         self.config = config
         self.services = Services.create(config)
-        self.runner = web.AppRunner(create_app(self.services), access_log=None, handle_signals=False)
+        # handler_cancellation: a client that disconnects cancels its handler, and so its engine job.
+        self.runner = web.AppRunner(
+            create_app(self.services), access_log=None, handle_signals=False, handler_cancellation=True
+        )
         self.port: int | None = None
 
     async def start(self) -> None:

@@ -7,7 +7,7 @@ import time
 import msgspec
 from aiohttp import web
 
-from omnid.api import vad
+from omnid.api import transcriptions, vad
 from omnid.api.errors import error_middleware
 from omnid.services import Services
 
@@ -51,6 +51,10 @@ async def models(request: web.Request) -> web.Response:
     return json_response(ModelList(cards))
 
 
+async def transcribe(request: web.Request) -> web.StreamResponse:
+    return await transcriptions.handle(request, request.app[SERVICES])
+
+
 def create_app(services: Services) -> web.Application:
     max_body = int(services.config.server.max_upload_mb * 1024 * 1024)
     app = web.Application(middlewares=[error_middleware], client_max_size=max_body)
@@ -58,5 +62,6 @@ def create_app(services: Services) -> web.Application:
     app[STARTED] = time.monotonic()
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/audio/transcriptions", transcribe)
     vad.add_routes(app, SERVICES)
     return app

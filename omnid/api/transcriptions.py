@@ -1,0 +1,234 @@
+"""``POST /v1/audio/transcriptions``: OpenAI-compatible, with SSE streaming. Validates everything before any
+model work, then hands one job to the model's runtime; a client that goes away cancels it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import msgspec
+import structlog
+from aiohttp import web
+
+from omnid.api.errors import ApiError, invalid
+from omnid.api.forms import Form, flag, integer, number, read_form
+from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
+from omnid.engine.errors import JobCancelledError, QueueFullError
+from omnid.engine.languages import language_code
+from omnid.engine.runtime import EngineRuntime, Priority
+from omnid.engine.transcriber import Segment, TranscribeOptions, Transcript, WhisperEngine
+from omnid.formats import CONTENT_TYPES, FORMATS, render
+from omnid.models import transcribe_options
+
+log = structlog.get_logger(__name__)
+
+ALIASES = {"whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe"}
+GRANULARITIES = {"segment", "word"}
+AUDIO_LAYOUTS = {"reference", "voxt_swift"}
+HEARTBEAT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Request:
+    runtime: EngineRuntime[WhisperEngine]
+    options: TranscribeOptions
+    response_format: str
+    stream: bool
+    metadata: bool
+    audio_bytes: bytes
+
+
+class Usage(msgspec.Struct):
+    seconds: float
+    type: str = "duration"
+
+
+class GenerationMetadata(msgspec.Struct):
+    generated_token_count: int
+    language: str
+    finish_reason: str
+
+
+class DeltaEvent(msgspec.Struct, tag_field="type", tag="transcript.text.delta"):
+    delta: str
+
+
+class DoneEvent(msgspec.Struct, tag_field="type", tag="transcript.text.done", omit_defaults=True):
+    text: str
+    usage: Usage
+    generation_metadata: GenerationMetadata | None = None
+
+
+class ErrorDetail(msgspec.Struct):
+    type: str
+    code: str
+    message: str
+
+
+class ErrorEvent(msgspec.Struct, tag_field="type", tag="error"):
+    error: ErrorDetail
+
+
+def parse(form: Form, services) -> Request:
+    model_id = (form.get("model") or "").strip()
+    runtime = _model(model_id, services)
+    engine = runtime.engine
+    fmt = (form.get("response_format") or "json").strip()
+    if fmt not in FORMATS:
+        raise invalid("response_format", f"response_format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    grans = [g.strip() for g in form.fields.get("timestamp_granularities[]", []) + form.fields.get("timestamp_granularities", [])]
+    for g in grans:
+        if g not in GRANULARITIES:
+            raise invalid("timestamp_granularities[]", f"timestamp_granularities[] must be 'segment' or 'word', got {g!r}")
+    if grans and fmt != "verbose_json":
+        raise invalid("timestamp_granularities[]", "timestamp_granularities[] needs response_format=verbose_json")
+    if "word" in grans:
+        raise invalid("timestamp_granularities[]", "word timestamps are not supported yet", "unsupported_value")
+    language = None
+    raw_lang = (form.get("language") or "").strip()
+    if raw_lang:
+        language = language_code(raw_lang)
+        if language is None:
+            raise invalid("language", f"language {raw_lang!r} is not a known ISO-639-1 code or language name")
+        if language not in engine.languages:
+            raise invalid("language", f"language {raw_lang!r} is not supported by model {runtime.name}", "unsupported_language")
+    temperature = number(form, "temperature", low=0.0)
+    max_new_tokens = integer(form, "max_new_tokens")
+    stream = flag(form, "stream")
+    metadata = flag(form, "include_generation_metadata")
+    flag(form, "stop_at_end_of_text")
+    flag(form, "stop_on_token_loop")
+    if metadata and not stream:
+        raise invalid("include_generation_metadata", "include_generation_metadata requires stream=true")
+    layout = (form.get("audio_layout") or "").strip()
+    if layout and layout not in AUDIO_LAYOUTS:
+        raise invalid("audio_layout", f"audio_layout must be 'reference' or 'voxt_swift', got {layout!r}")
+    if form.file is None:
+        raise invalid("file", "file is required: a multipart part named 'file' with a filename", "missing_file")
+    if max_new_tokens is not None and max_new_tokens > engine.dims.n_text_ctx:
+        raise invalid("max_new_tokens", f"max_new_tokens must be at most {engine.dims.n_text_ctx}")
+    options = transcribe_options(
+        services.config.transcription,
+        language=language,
+        prompt=form.get("prompt"),
+        temperature=temperature or 0.0,
+        max_new_tokens=max_new_tokens,
+    )
+    return Request(runtime, options, fmt, stream, metadata, form.file)
+
+
+def _model(model_id: str, services) -> EngineRuntime[WhisperEngine]:
+    default = services.config.transcription.default_model
+    if not model_id or model_id in ALIASES:
+        model_id = default
+    if model_id in services.transcribers:
+        return services.transcribers[model_id]
+    if services.vad is not None and model_id == services.vad.name:
+        raise invalid("model", f"model {model_id!r} is a voice activity detector, not a transcription model", "invalid_model_kind")
+    raise ApiError(404, f"model {model_id!r} does not exist; see GET /v1/models", param="model", code="model_not_found")
+
+
+async def handle(request: web.Request, services) -> web.StreamResponse:
+    if not services.ready:
+        raise ApiError(503, "models are still loading", code="loading", type="server_error", headers={"Retry-After": "1"})
+    config = services.config
+    form = await read_form(request, int(config.server.max_upload_mb * 1024 * 1024))
+    req = parse(form, services)
+    loop = asyncio.get_running_loop()
+    try:
+        audio = await loop.run_in_executor(None, decode_audio, req.audio_bytes, config.transcription.max_audio_seconds)
+    except AudioDecodeError as exc:
+        raise invalid("file", f"file: {exc}", "invalid_audio") from exc
+    started = time.perf_counter()
+    try:
+        if req.stream:
+            return await _stream(request, req, audio)
+        transcript = await _submit(req, audio, None)
+    finally:
+        _log(req, audio, started)
+    body = render(transcript, req.response_format)
+    return web.Response(text=body, content_type=CONTENT_TYPES[req.response_format].split(";")[0], charset="utf-8")
+
+
+async def _submit(req: Request, audio, on_segment) -> Transcript:
+    engine = req.runtime.engine
+    try:
+        return await req.runtime.submit(
+            lambda check: engine.transcribe(audio, req.options, check, on_segment=on_segment), Priority.FILE
+        )
+    except QueueFullError as exc:
+        raise ApiError(503, "the server is busy; retry shortly", code="server_busy", type="server_error",
+                       headers={"Retry-After": "1"}) from exc
+
+
+def _sse(event: msgspec.Struct | bytes) -> bytes:
+    payload = event if isinstance(event, bytes) else msgspec.json.encode(event)
+    return b"data: " + payload + b"\n\n"
+
+
+async def _stream(request: web.Request, req: Request, audio) -> web.StreamResponse:
+    loop = asyncio.get_running_loop()
+    segments: asyncio.Queue[Segment] = asyncio.Queue()
+
+    def on_segment(seg: Segment) -> None:
+        loop.call_soon_threadsafe(segments.put_nowait, seg)
+
+    job = asyncio.ensure_future(_submit(req, audio, on_segment))
+    try:
+        # Saturation is answered as a plain 503 when it is known before the stream starts.
+        await asyncio.wait({job}, timeout=0.05)
+        if job.done() and job.exception() is not None:
+            raise job.exception()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        raw, sent = "", ""
+        while True:
+            getter = asyncio.ensure_future(segments.get())
+            done, _ = await asyncio.wait({job, getter}, timeout=HEARTBEAT_S, return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                raw += getter.result().text
+                target = raw.strip()
+                if len(target) > len(sent):
+                    await resp.write(_sse(DeltaEvent(target[len(sent) :])))
+                    sent = target
+                continue
+            getter.cancel()
+            if job in done:
+                break
+            await resp.write(b":\n\n")  # heartbeat
+        while not segments.empty():  # segments posted just before the job's result
+            raw += segments.get_nowait().text
+        try:
+            transcript = job.result()
+        except (JobCancelledError, Exception):
+            log.exception("transcription_failed")
+            await resp.write(_sse(ErrorEvent(ErrorDetail("server_error", "transcription_failed", "Transcription failed."))))
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
+        if len(transcript.text) > len(sent):
+            await resp.write(_sse(DeltaEvent(transcript.text[len(sent) :])))
+        meta = None
+        if req.metadata:
+            meta = GenerationMetadata(transcript.generated_tokens, transcript.language, transcript.finish_reason)
+        await resp.write(_sse(DoneEvent(transcript.text, Usage(round(transcript.duration, 3)), meta)))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+    finally:
+        if not job.done():
+            job.cancel()
+
+
+def _log(req: Request, audio, started: float) -> None:
+    seconds = time.perf_counter() - started
+    audio_s = len(audio) / SAMPLE_RATE
+    log.info(
+        "transcription",
+        model=req.runtime.name,
+        format=req.response_format,
+        stream=req.stream,
+        audio_s=round(audio_s, 3),
+        duration_s=round(seconds, 3),
+        rtf=round(seconds / audio_s, 4) if audio_s else None,
+    )

