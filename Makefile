@@ -1,12 +1,15 @@
 # The two set-up commands of the README. Each sets up what is missing first (scripts/setup.sh).
 SAMPLE ?= ../shared/corpus/audio/en/jfk_inaugural_excerpt.wav
 
-.PHONY: setup run test bench
+.PHONY: setup serve transcribe test bench
 
 setup:
 	@scripts/setup.sh
 
-run: setup
+serve: setup
+	exec .venv/bin/omnid serve
+
+transcribe: setup
 	.venv/bin/omnid transcribe $(SAMPLE)
 
 test: setup

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -57,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", type=Path)
     s.add_argument("--host", help="bind address (default 127.0.0.1)")
     s.add_argument("--port", type=int, help="port; 0 lets the OS choose (default 8000)")
+    s.add_argument("--supervised", action="store_true",
+                   help="run under a parent (Voxt): one JSON 'ready'/'failed' line on stdout, commands on stdin")
 
     d = sub.add_parser("doctor", help="versions, device, BLAS, models and their pins")
     d.add_argument("--config", type=Path)
@@ -67,13 +70,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from omnid.logging import configure_logging
 
-    configure_logging()
-    overrides = {}
+    # The daemon logs a line per request; one-shot commands stay quiet unless asked.
+    configure_logging(None if os.environ.get("OMNID_LOG_LEVEL") else ("info" if args.command == "serve" else "warning"))
+    overrides, flag_names = {}, {}
     if args.command == "serve":
         server = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
         overrides = {"server": server} if server else {}
+        flag_names = {("server", k): f"--{k}" for k in server}
     try:
-        config = load_config(args.config, overrides)
+        config = load_config(args.config, overrides, environ=dict(os.environ), flag_names=flag_names)
     except ConfigError as exc:
         print(f"omnid: {exc}", file=sys.stderr)
         return 2
@@ -84,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         from omnid.server import run
 
-        return run(config)
+        return run(config, supervised=args.supervised)
     from omnid.commands import eval_command, transcribe_command
 
     try:

@@ -18,6 +18,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: int = 8000
     max_upload_mb: float = 25.0
+    sse_heartbeat_s: float = 5.0
 
 
 class VadConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -92,25 +93,86 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
+ENV_PREFIX = "OMNID_"
+SECTIONS = ("server", "engine", "vad", "transcription")
+
+
+def env_overrides(environ: dict[str, str]) -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
+    """``OMNID_<SECTION>_<KEY>`` variables (e.g. OMNID_SERVER_PORT=0) as overrides, with their names."""
+    out: dict[str, Any] = {}
+    names: dict[tuple[str, str], str] = {}
+    fields = {sec: {f.name for f in msgspec.structs.fields(_section_type(sec))} for sec in SECTIONS}
+    for var, value in environ.items():
+        if not var.startswith(ENV_PREFIX):
+            continue
+        rest = var[len(ENV_PREFIX) :].lower()
+        for sec in SECTIONS:
+            key = rest[len(sec) + 1 :]
+            if rest.startswith(sec + "_") and key in fields[sec]:
+                out.setdefault(sec, {})[key] = value
+                names[(sec, key)] = var
+    return out, names
+
+
+def _section_type(section: str) -> type:
+    return {"server": ServerConfig, "engine": EngineConfig, "vad": VadConfig, "transcription": TranscriptionConfig}[section]
+
+
+def load_config(
+    path: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+    flag_names: dict[tuple[str, str], str] | None = None,
+) -> Config:
+    """Defaults < ``path`` < environment < ``overrides`` (command-line flags). Errors name the option as the user
+    wrote it: the flag, the variable, or the file key."""
     raw = _read_toml(config_dir() / "omnid.toml")
+    names: dict[tuple[str, str], str] = {}
     if path is not None:
-        raw = _merge(raw, _read_toml(Path(path)))
+        user = _read_toml(Path(path))
+        raw = _merge(raw, user)
+        names |= {(s, k): f"{path}: {s}.{k}" for s, v in user.items() if isinstance(v, dict) for k in v}
+    env, env_names = env_overrides(dict(environ) if environ is not None else {})
+    raw, names = _merge(raw, env), names | env_names
     if overrides:
         raw = _merge(raw, overrides)
+        names |= flag_names or {(s, k): f"{s}.{k}" for s, v in overrides.items() if isinstance(v, dict) for k in v}
     try:
-        config = msgspec.convert(raw, Config)
+        config = msgspec.convert(raw, Config, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {exc}") from exc
-    _check(config)
+        raise ConfigError(_name_error(str(exc), names)) from exc
+    _check(config, names)
     return config
 
 
-def _check(config: Config) -> None:
+def _name_error(message: str, names: dict[tuple[str, str], str]) -> str:
+    """msgspec says '... - at `$.server.port`'; lead with the option's own name."""
+    if " - at `$." in message:
+        text, path = message.rsplit(" - at `$.", 1)
+        parts = path.rstrip("`").split(".")
+        key = (parts[0], parts[1].split("[")[0]) if len(parts) > 1 else None
+        label = names.get(key) if key else None
+        return f"{label or '.'.join(parts)}: {text}"
+    return f"invalid configuration: {message}"
+
+
+def _check(config: Config, names: dict[tuple[str, str], str] | None = None) -> None:
+    try:
+        _check_values(config)
+    except ConfigError as exc:
+        message = str(exc)
+        key = tuple(message.split(" ", 1)[0].split(".", 1))
+        label = (names or {}).get(key)  # type: ignore[arg-type]
+        raise ConfigError(f"{label}: {message}" if label else message) from None
+
+
+def _check_values(config: Config) -> None:
     if config.engine.max_queue < 1:
         raise ConfigError("engine.max_queue must be at least 1")
     if not 0 <= config.server.port <= 65535:
         raise ConfigError("server.port must be between 0 and 65535")
+    if not 0 < config.server.sse_heartbeat_s <= 300:
+        raise ConfigError("server.sse_heartbeat_s must be in (0, 300]")
     if config.server.max_upload_mb <= 0:
         raise ConfigError("server.max_upload_mb must be positive")
     if config.vad.max_queue < 1:

@@ -1,10 +1,18 @@
-"""``omnid serve``: one aiohttp application on uvloop, its engines loading while /health says so."""
+"""``omnid serve``: one aiohttp application on uvloop, its engines loading while /health says so.
+
+Supervised mode (wire.md section 2) is how Voxt runs the daemon: exactly one JSON line on stdout when ready
+(or failed), commands on stdin, and the parent's death (end of stdin) ends the daemon.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import signal
 import socket
+import sys
+import time
 
 import structlog
 from aiohttp import web
@@ -30,7 +38,7 @@ class Server:
 
     async def start(self) -> None:
         await self.runner.setup()
-        sock = socket.create_server((self.config.server.host, self.config.server.port), reuse_port=False)
+        sock = socket.create_server((self.config.server.host, self.config.server.port))
         site = web.SockSite(self.runner, sock)
         await site.start()
         self.port = sock.getsockname()[1]
@@ -42,27 +50,74 @@ class Server:
         await self.runner.cleanup()
 
 
-async def serve(config: Config) -> int:
-    server = Server(config)
-    stop = asyncio.Event()
+def _emit(event: dict) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+async def _watch_stdin(stop: asyncio.Event, reason: list[str]) -> None:
+    """Reads control lines from the parent: a shutdown command or end of input stops the daemon."""
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while True:
+        line = await reader.readline()
+        if not line:
+            reason.append("eof")
+            break
+        try:
+            command = json.loads(line)
+        except ValueError:
+            continue  # malformed lines are ignored
+        if isinstance(command, dict) and command.get("command") == "shutdown":
+            reason.append("shutdown")
+            break
+    stop.set()
+
+
+async def serve(config: Config, supervised: bool = False) -> int:
+    started = time.monotonic()
+    stop = asyncio.Event()
+    reason: list[str] = []
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
+    server: Server | None = None
     try:
+        server = Server(config)
         await server.start()
     except Exception as exc:
         log.error("startup_failed", reason=str(exc))
-        await server.stop()
+        if supervised:
+            _emit({"event": "failed", "reason": str(exc)})
+        if server is not None:
+            await server.stop()
         return 1
-    print(f"omnid listening on http://{config.server.host}:{server.port}", flush=True)
+    if supervised:
+        _emit({
+            "event": "ready",
+            "host": config.server.host,
+            "port": server.port,
+            "model_name": config.transcription.default_model,
+            "server_pid": os.getpid(),
+            "startup_s": round(time.monotonic() - started, 3),
+        })
+        watcher = asyncio.ensure_future(_watch_stdin(stop, reason))
+    else:
+        print(f"omnid listening on http://{config.server.host}:{server.port}", flush=True)
     await stop.wait()
+    log.info("server_stopping", reason=reason[0] if reason else "signal")
     await server.stop()
+    if supervised:
+        watcher.cancel()
+        if reason and reason[0] == "shutdown":
+            _emit({"event": "stopped"})
     return 0
 
 
-def run(config: Config) -> int:
+def run(config: Config, supervised: bool = False) -> int:
     try:
         import uvloop
     except ImportError:  # uvloop is optional off Unix
-        return asyncio.run(serve(config))
-    return uvloop.run(serve(config))
+        return asyncio.run(serve(config, supervised))
+    return uvloop.run(serve(config, supervised))

@@ -177,3 +177,28 @@ async def test_concurrent_requests_all_succeed(server):
     results = await asyncio.gather(*[form_post(server, {}, (f"{c}.flac", clip_bytes(c))) for c in ids])
     for clip_id, (status, _, body) in zip(ids, results):
         assert status == 200 and json.loads(body)["text"] == reference()[clip_id].strip()
+
+
+def test_saturated_engine_answers_503_with_retry_after_and_heartbeats_flow():
+    """A second daemon with a one-job queue and fast heartbeats: the third concurrent request is refused."""
+    from tests.server import ServerThread
+
+    overrides = {"engine": {"max_queue": 1}, "server": {"port": 0, "sse_heartbeat_s": 0.2}}
+    long_audio = wav_bytes(np.concatenate([clip_audio("ljspeech_LJ001-0001")] * 4))
+
+    async def scenario(srv):
+        stream = asyncio.create_task(form_post(srv, {"stream": "true"}, ("long.wav", long_audio)))
+        await asyncio.sleep(0.5)  # running
+        queued = asyncio.create_task(form_post(srv, {}, ("a.wav", clip_bytes())))
+        await asyncio.sleep(0.3)  # queued
+        status, headers, body = await form_post(srv, {}, ("b.wav", clip_bytes()))
+        assert status == 503 and headers["Retry-After"] == "1", body
+        assert json.loads(body)["error"]["code"] == "server_busy"
+        s_status, _, s_body = await stream
+        q_status, _, _ = await queued
+        assert s_status == 200 and q_status == 200
+        assert ":\n\n" in s_body  # heartbeats while the first window was decoding
+        assert s_body.rstrip().endswith("data: [DONE]")
+
+    with ServerThread(overrides=overrides) as srv:
+        asyncio.run(scenario(srv))

@@ -26,7 +26,6 @@ log = structlog.get_logger(__name__)
 ALIASES = {"whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe"}
 GRANULARITIES = {"segment", "word"}
 AUDIO_LAYOUTS = {"reference", "voxt_swift"}
-HEARTBEAT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -143,7 +142,7 @@ async def handle(request: web.Request, services) -> web.StreamResponse:
     started = time.perf_counter()
     try:
         if req.stream:
-            return await _stream(request, req, audio)
+            return await _stream(request, req, audio, config.server.sse_heartbeat_s)
         transcript = await _submit(req, audio, None)
     finally:
         _log(req, audio, started)
@@ -167,7 +166,7 @@ def _sse(event: msgspec.Struct | bytes) -> bytes:
     return b"data: " + payload + b"\n\n"
 
 
-async def _stream(request: web.Request, req: Request, audio) -> web.StreamResponse:
+async def _stream(request: web.Request, req: Request, audio, heartbeat_s: float) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     segments: asyncio.Queue[Segment] = asyncio.Queue()
 
@@ -185,7 +184,7 @@ async def _stream(request: web.Request, req: Request, audio) -> web.StreamRespon
         raw, sent = "", ""
         while True:
             getter = asyncio.ensure_future(segments.get())
-            done, _ = await asyncio.wait({job, getter}, timeout=HEARTBEAT_S, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({job, getter}, timeout=heartbeat_s, return_when=asyncio.FIRST_COMPLETED)
             if getter in done:
                 raw += getter.result().text
                 target = raw.strip()

@@ -71,6 +71,7 @@ class EngineRuntime(Generic[E]):
         self._queued = 0
         self._running = 0
         self._closing = False
+        self._current: _Job | None = None
         self._loaded = threading.Event()
         self._load_error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name=f"engine-{name}", daemon=True)
@@ -96,6 +97,8 @@ class EngineRuntime(Generic[E]):
     def close(self, timeout: float = 5.0) -> None:
         with self._cv:
             self._closing = True
+            if self._current is not None:
+                self._current.cancelled.set()  # stops at its next check
             for job in self._heap:
                 job.cancelled.set()
                 _post(job, None, JobCancelledError("runtime closed"))
@@ -166,8 +169,10 @@ class EngineRuntime(Generic[E]):
                 job = heapq.heappop(self._heap)
                 self._queued -= 1
                 self._running += 1
+                self._current = job
             outcome = self._run(job)
             with self._cv:
+                self._current = None
                 self._running -= 1
                 idle = not self._heap
             # The count drops before the caller hears back, so an answered request is never seen as running.
