@@ -49,6 +49,7 @@ async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
         prompt=args.prompt,
         temperature=args.temperature,
         window=args.window,
+        word_timestamps=args.word_timestamps,
     )
     failures = 0
     try:
@@ -84,7 +85,7 @@ async def _transcribe_file(runtime: EngineRuntime[WhisperEngine], path: Path, op
 
     transcript = await runtime.submit(job)
     progress.finish()
-    return render(transcript, args.format)
+    return render(transcript, args.format, words=args.word_timestamps)
 
 
 async def eval_command(args: argparse.Namespace, config: Config) -> int:

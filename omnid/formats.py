@@ -38,15 +38,22 @@ class SegmentJson(msgspec.Struct):
     no_speech_prob: float
 
 
-class VerboseJson(msgspec.Struct):
+class WordJson(msgspec.Struct):
+    word: str
+    start: float
+    end: float
+
+
+class VerboseJson(msgspec.Struct, omit_defaults=True):
     task: str
     language: str
     duration: float
     text: str
     segments: list[SegmentJson]
+    words: list[WordJson] | None = None
 
 
-def render(transcript: Transcript, fmt: str, task: str = "transcribe") -> str:
+def render(transcript: Transcript, fmt: str, task: str = "transcribe", words: bool = False) -> str:
     if fmt == "json":
         return msgspec.json.encode(TranscriptionJson(transcript.text)).decode()
     if fmt == "text":
@@ -59,6 +66,8 @@ def render(transcript: Transcript, fmt: str, task: str = "transcribe") -> str:
             duration=round(transcript.duration, 3),
             text=transcript.text,
             segments=segments,
+            words=[WordJson(w.word.strip(), w.start, w.end) for s in transcript.segments for w in s.words or []]
+            if words else None,
         )
         return msgspec.json.encode(body).decode()
     if fmt in ("srt", "vtt"):

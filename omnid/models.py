@@ -22,6 +22,7 @@ def transcribe_options(
     temperature: float = 0.0,
     max_new_tokens: int | None = None,
     window: str | None = None,
+    word_timestamps: bool = False,
 ) -> TranscribeOptions:
     return TranscribeOptions(
         language=language,
@@ -30,6 +31,7 @@ def transcribe_options(
         temperature_increment=t.temperature_increment,
         condition_on_previous_text=t.condition_on_previous_text,
         max_new_tokens=max_new_tokens or None,
+        word_timestamps=word_timestamps,
         window=window or t.window,
         content_padding_s=t.content_padding_s,
         content_min_window_s=t.content_min_window_s,

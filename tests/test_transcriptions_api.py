@@ -202,3 +202,23 @@ def test_saturated_engine_answers_503_with_retry_after_and_heartbeats_flow():
 
     with ServerThread(overrides=overrides) as srv:
         asyncio.run(scenario(srv))
+
+
+def test_sdk_word_timestamps_agree_with_faster_whisper(client, tiny_folder):
+    from faster_whisper import WhisperModel
+
+    clip = "ljspeech_LJ001-0001"
+    result = client.audio.transcriptions.create(
+        model="whisper-1", file=("a.wav", clip_bytes(clip)), response_format="verbose_json",
+        timestamp_granularities=["word", "segment"],
+    )
+    words = result.words
+    assert " ".join(w.word for w in words) == result.text
+    assert all(a.start <= b.start and w.start <= w.end for a, b, w in zip(words, words[1:], words))
+    model = WhisperModel(str(tiny_folder), device="cpu", compute_type="float32")
+    segments, _ = model.transcribe(str(CORPUS / manifest()[clip]["path"]), language="en", beam_size=1, temperature=0,
+                                   word_timestamps=True, condition_on_previous_text=False)
+    ref = [w for s in segments for w in s.words]
+    assert [w.word.strip() for w in ref] == [w.word for w in words]
+    gaps = [abs(a.start - b.start) for a, b in zip(words, ref)]
+    assert np.median(gaps) <= 0.02 and max(gaps) <= 0.6, gaps

@@ -82,8 +82,6 @@ def parse(form: Form, services) -> Request:
             raise invalid("timestamp_granularities[]", f"timestamp_granularities[] must be 'segment' or 'word', got {g!r}")
     if grans and fmt != "verbose_json":
         raise invalid("timestamp_granularities[]", "timestamp_granularities[] needs response_format=verbose_json")
-    if "word" in grans:
-        raise invalid("timestamp_granularities[]", "word timestamps are not supported yet", "unsupported_value")
     language = None
     raw_lang = (form.get("language") or "").strip()
     if raw_lang:
@@ -113,6 +111,7 @@ def parse(form: Form, services) -> Request:
         prompt=form.get("prompt"),
         temperature=temperature or 0.0,
         max_new_tokens=max_new_tokens,
+        word_timestamps="word" in grans,
     )
     return Request(runtime, options, fmt, stream, metadata, form.file)
 
@@ -146,7 +145,7 @@ async def handle(request: web.Request, services) -> web.StreamResponse:
         transcript = await _submit(req, audio, None)
     finally:
         _log(req, audio, started)
-    body = render(transcript, req.response_format)
+    body = render(transcript, req.response_format, words=req.options.word_timestamps)
     return web.Response(text=body, content_type=CONTENT_TYPES[req.response_format].split(";")[0], charset="utf-8")
 
 

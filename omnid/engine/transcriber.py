@@ -16,6 +16,7 @@ import numpy as np
 import structlog
 
 from omnid.engine import pins as pinning
+from omnid.engine.alignment import Word, word_timestamps
 from omnid.engine.checkpoint import load_checkpoint
 from omnid.engine.decoding import TIME_PRECISION, DecodeOptions, DecodeResult, LogitRules, WindowDecoder
 from omnid.engine.errors import CheckpointError
@@ -40,6 +41,7 @@ class Segment:
     avg_logprob: float
     compression_ratio: float
     no_speech_prob: float
+    words: list[Word] | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class TranscribeOptions:
     temperature_increment: float = 0.2
     condition_on_previous_text: bool = False
     max_new_tokens: int | None = None
+    word_timestamps: bool = False
     # "full": every window padded to 30 s as Whisper was trained (parity with faster-whisper);
     # "content": a short last window is encoded at its own length, which is much cheaper on a CPU.
     window: str = "full"
@@ -164,15 +167,17 @@ class WhisperEngine:
                 seek += segment_size
             else:
                 pieces, seek = self._split(result, seek, segment_size)
-                for start, end, tokens in pieces:
-                    text = self.tokenizer.decode(tokens)
-                    if start == end or not text.strip():
-                        continue
+                kept = [(a, b, t, self.tokenizer.decode(t)) for a, b, t in pieces]
+                # Empty or zero-length pieces are dropped, as faster-whisper drops them.
+                kept = [(a, b, t, text) for a, b, t, text in kept if a != b and text.strip()]
+                words = self._words(features, kept, language, decode_opts, segment_size, window_seek) if opts.word_timestamps else None
+                for i, (start, end, tokens, text) in enumerate(kept):
                     # Whisper may stamp an end past the audio; subtitles should not outlast it.
                     start, end = min(start, duration), min(end, duration)
                     seg = Segment(
                         len(segments), window_seek, start, end, text, tokens, result.temperature,
                         result.avg_logprob, result.compression_ratio, result.no_speech_prob,
+                        words[i] if words is not None else None,
                     )
                     segments.append(seg)
                     history.extend(tokens)
@@ -221,6 +226,24 @@ class WhisperEngine:
         if opts.without_timestamps:
             prompt.append(self.tokenizer.no_timestamps)
         return prompt
+
+    def _words(self, features: mx.array, kept: list, language: str, opts: DecodeOptions, frames: int, seek: int) -> list[list[Word]]:
+        """Aligns all of a window's text at once, then hands each segment its words."""
+        ts = self.tokenizer.timestamp_begin
+        per_segment = [[t for t in tokens if t < ts] for _, _, tokens, _ in kept]
+        words = word_timestamps(
+            self.model, self.tokenizer, features, self.tokenizer.sot_sequence(language, opts.task),
+            [t for seg in per_segment for t in seg], frames, self.alignment_heads, seek / FRAMES_PER_SECOND,
+        )
+        out, pos = [], 0
+        for seg_tokens in per_segment:
+            text = self.tokenizer.decode(seg_tokens)
+            mine = []
+            while pos < len(words) and len("".join(w.word for w in mine)) < len(text):
+                mine.append(words[pos])
+                pos += 1
+            out.append(mine)
+        return out
 
     @staticmethod
     def _is_silence(result: DecodeResult, opts: DecodeOptions) -> bool:

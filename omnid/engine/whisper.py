@@ -160,6 +160,25 @@ class TextDecoder(nn.Module):
             new_caches.append(cache)
         return self.ln(x), new_caches
 
+    def cross_attention(self, tokens: mx.array, xa: mx.array) -> list[mx.array]:
+        """Each layer's cross-attention weights (batch, head, n_tokens, n_audio) for a whole token sequence, as
+        word alignment needs them (the fast path never materialises them)."""
+        x = self.token_embedding(tokens) + self.positional_embedding[: tokens.shape[-1]]
+        mask = _causal_mask(tokens.shape[-1], 0)
+        weights = []
+        for block in self.blocks:
+            y, _ = block.attn(block.attn_ln(x), mask=mask)
+            x = x + y
+            attn = block.cross_attn
+            h = block.cross_attn_ln(x)
+            q, k, v = (attn.split_heads(f(t)) for f, t in ((attn.query, h), (attn.key, xa), (attn.value, xa)))
+            w = mx.softmax((q @ k.transpose(0, 1, 3, 2)) * q.shape[-1] ** -0.5, axis=-1)
+            weights.append(w)
+            n_batch, _, n_ctx, head = q.shape
+            x = x + attn.out((w @ v).transpose(0, 2, 1, 3).reshape(n_batch, n_ctx, attn.n_head * head))
+            x = x + block.mlp2(nn.gelu(block.mlp1(block.mlp_ln(x))))
+        return weights
+
     def logits(self, hidden: mx.array) -> mx.array:
         if self._projection is not None:
             return hidden @ self._projection
