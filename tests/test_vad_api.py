@@ -144,8 +144,12 @@ async def test_many_concurrent_streams_each_get_their_own_answers(server):
         return out
 
     results = await asyncio.gather(*[run(a if i % 2 else b) for i in range(8)])
-    assert all(r == results[1] for r in results[1::2])
-    assert all(r == results[0] for r in results[0::2])
+
+    def same(x, y):  # batched and single steps may differ in the last float bits
+        return len(x) == len(y) and all((p is None) == (q is None) and (p is None or abs(p - q) < 1e-5) for p, q in zip(x, y))
+
+    assert all(same(r, results[1]) for r in results[1::2])
+    assert all(same(r, results[0]) for r in results[0::2])
     assert max(p for p in results[1] if p is not None) > 0.5 > max(p for p in results[0] if p is not None)
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 
 import msgspec
+import structlog
 from aiohttp import web
 
 from omnid.api import transcriptions, vad
 from omnid.api.errors import error_middleware
 from omnid.services import Services
 
+log = structlog.get_logger(__name__)
 SERVICES = web.AppKey("services", Services)
 STARTED = web.AppKey("started", float)
 
@@ -55,9 +57,26 @@ async def transcribe(request: web.Request) -> web.StreamResponse:
     return await transcriptions.handle(request, request.app[SERVICES])
 
 
+@web.middleware
+async def request_log(request: web.Request, handler):
+    """One line per request: route, status and duration; never bodies."""
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        log.info("request", method=request.method, path=request.path, status=status,
+                 duration_s=round(time.perf_counter() - started, 4))
+
+
 def create_app(services: Services) -> web.Application:
     max_body = int(services.config.server.max_upload_mb * 1024 * 1024)
-    app = web.Application(middlewares=[error_middleware], client_max_size=max_body)
+    app = web.Application(middlewares=[request_log, error_middleware], client_max_size=max_body)
     app[SERVICES] = services
     app[STARTED] = time.monotonic()
     app.router.add_get("/health", health)
