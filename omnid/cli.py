@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--reference", type=Path, action="append", help="reference outputs .jsonl (repeatable)")
     e.add_argument("--language", default="en", help="only clips of this language (default: en)")
     e.add_argument("--limit", type=int, help="only the first N clips")
+    e.add_argument("--fallback", action="store_true",
+                   help="use the configured temperature fallback (default: greedy at temperature 0 only, as the "
+                        "reference outputs were made)")
     e.add_argument("--ids", nargs="*", help="only these clip ids")
     e.add_argument("--write", type=Path, metavar="GOLDEN", help="write the golden file")
     e.add_argument("--check", type=Path, metavar="GOLDEN", help="fail if any clip's output moved from the golden")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -98,6 +99,8 @@ async def eval_command(args: argparse.Namespace, config: Config) -> int:
     runtime = await _start(config, args.model)
     engine = runtime.engine
     opts = transcribe_options(config.transcription, language=_language(engine, args.language), window=args.window)
+    if not args.fallback:  # the reference systems decoded greedily at temperature 0, without fallback
+        opts = dataclasses.replace(opts, temperature_increment=0.0)
     loop = asyncio.get_running_loop()
     results: dict[str, str] = {}
     started = time.perf_counter()
@@ -118,7 +121,7 @@ async def eval_command(args: argparse.Namespace, config: Config) -> int:
     import mlx.core as mx
 
     device = "gpu" if mx.default_device().type == mx.gpu else "cpu"
-    window = args.window or config.transcription.window
+    window = (args.window or config.transcription.window) + ("+fallback" if args.fallback else "")
     if args.write:
         golden = evaluate.make_golden(engine.model_id, device, window, clips, results, first_ref)
         args.write.parent.mkdir(parents=True, exist_ok=True)

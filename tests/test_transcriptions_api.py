@@ -134,6 +134,8 @@ async def test_each_invalid_request_is_a_400_naming_the_field(server, fields, fi
     assert error["error"]["param"] == param and error["error"]["type"] == "invalid_request_error"
     assert error["detail"] == error["error"]["message"]
     assert param.rstrip("[]") in error["error"]["message"]
+    async with aiohttp.ClientSession() as session, session.get(server.url + "/health") as resp:
+        assert resp.status == 200 and (await resp.json())["request_states"] == {}
 
 
 async def test_unknown_model_is_404_and_daemon_stays_healthy(server):
@@ -222,3 +224,63 @@ def test_sdk_word_timestamps_agree_with_faster_whisper(client, tiny_folder):
     assert [w.word.strip() for w in ref] == [w.word for w in words]
     gaps = [abs(a.start - b.start) for a, b in zip(words, ref)]
     assert np.median(gaps) <= 0.02 and max(gaps) <= 0.6, gaps
+
+
+def test_failure_after_the_stream_started_is_in_band_then_done():
+    """Protocol logic with a failing engine: one delta, then the error event and [DONE]."""
+    from tests.server import ServerThread
+
+    with ServerThread() as srv:
+        runtime = srv.server.services.transcribers["tiny.en"]
+        engine = runtime.engine
+        real = engine.transcribe
+
+        def failing(audio, opts, check, on_segment=None, on_progress=None):
+            result = real(audio, opts, check)
+            on_segment(result.segments[0])
+            raise RuntimeError("the engine broke")
+
+        engine.transcribe = failing
+        status, headers, body = asyncio.run(form_post(srv, {"stream": "true"}))
+    assert status == 200
+    events = [line[6:] for line in body.split("\n") if line.startswith("data: ")]
+    assert json.loads(events[0])["type"] == "transcript.text.delta"
+    assert json.loads(events[-2]) == {"type": "error", "error": {"type": "server_error", "code": "transcription_failed",
+                                                                 "message": "Transcription failed."}}
+    assert events[-1] == "[DONE]"
+
+
+def test_health_says_loading_with_503_until_models_are_ready():
+    import threading
+    import urllib.request
+
+    from omnid.config import load_config
+    from omnid.server import Server
+
+    server = Server(load_config(overrides={"server": {"port": 0}}))
+    runtime = server.services.transcribers["tiny.en"]
+    release = threading.Event()
+    slow = runtime._factory
+    runtime._factory = lambda: (release.wait(30), slow())[1]
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    started = asyncio.run_coroutine_threadsafe(server.start(), loop)
+    try:
+        while server.port is None:
+            time.sleep(0.02)
+        url = f"http://127.0.0.1:{server.port}/health"
+        try:
+            urllib.request.urlopen(url, timeout=5)
+            raise AssertionError("expected 503 while loading")
+        except urllib.error.HTTPError as exc:
+            body = json.loads(exc.read())
+            assert exc.code == 503 and body["status"] == "loading" and body["running"] is True
+        release.set()
+        started.result(60)
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            assert resp.status == 200 and json.loads(resp.read())["status"] == "healthy"
+    finally:
+        release.set()
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)

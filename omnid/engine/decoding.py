@@ -32,7 +32,8 @@ class DecodeOptions:
     compression_ratio_threshold: float | None = 2.4
     log_prob_threshold: float | None = -1.0
     no_speech_threshold: float | None = 0.6
-    seed: int | None = None
+    # Sampling at temperature > 0 is seeded per window, so the same audio always gives the same text.
+    seed: int | None = 0
 
 
 @dataclass(frozen=True)
