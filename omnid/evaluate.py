@@ -4,11 +4,7 @@ recorded in (or checked against) a golden file."""
 from __future__ import annotations
 
 import json
-import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
 
 import msgspec
 
@@ -33,13 +29,6 @@ class Golden(msgspec.Struct):
     clips: dict[str, str]
 
 
-@dataclass
-class EvalResult:
-    hypotheses: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
-    audio_seconds: float = 0.0
-
-
 def read_manifest(path: Path, language: str | None, limit: int | None, ids: list[str] | None) -> list[Clip]:
     clips = [msgspec.json.decode(line, type=Clip) for line in path.read_text().splitlines() if line.strip()]
     if language:
@@ -52,23 +41,6 @@ def read_manifest(path: Path, language: str | None, limit: int | None, ids: list
 
 def read_reference(path: Path) -> dict[str, str]:
     return {d["id"]: d["text"] for d in map(json.loads, path.read_text().splitlines()) if d}
-
-
-def run(
-    clips: list[Clip],
-    corpus: Path,
-    transcribe: Callable[[Path], str],
-    progress: TextIO = sys.stderr,
-) -> EvalResult:
-    result = EvalResult()
-    started = time.perf_counter()
-    for i, clip in enumerate(clips, 1):
-        result.hypotheses[clip.id] = transcribe(corpus / clip.path)
-        result.audio_seconds += clip.duration_s
-        print(f"\r[{i}/{len(clips)}] {clip.id[:48]:<48}", end="", file=progress, flush=True)
-    print(file=progress)
-    result.seconds = time.perf_counter() - started
-    return result
 
 
 def score(clips: list[Clip], outputs: dict[str, str]) -> ErrorRate:

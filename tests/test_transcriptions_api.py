@@ -284,3 +284,13 @@ def test_health_says_loading_with_503_until_models_are_ready():
         release.set()
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
+
+
+def test_audio_longer_than_the_cap_is_refused_before_model_work():
+    from tests.server import ServerThread
+
+    with ServerThread(overrides={"server": {"port": 0}, "transcription": {"max_audio_seconds": 1.0}}) as srv:
+        status, _, body = asyncio.run(form_post(srv, {}, ("a.wav", clip_bytes())))
+        assert srv.server.services.request_states() == {}
+    error = json.loads(body)["error"]
+    assert status == 400 and error["param"] == "file" and "longer than the 1 s limit" in error["message"]

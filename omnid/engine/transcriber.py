@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -133,9 +133,7 @@ class WhisperEngine:
         mel = log_mel_spectrogram(audio, self.dims.n_mels)
         content_frames = mel.shape[0] - 1
         language = opts.language or ("en" if not self.dims.is_multilingual else None)
-        decode_opts = DecodeOptions(
-            **{**opts.decode.__dict__, "temperatures": opts.temperatures(), "max_new_tokens": opts.max_new_tokens}
-        )
+        decode_opts = replace(opts.decode, temperatures=opts.temperatures(), max_new_tokens=opts.max_new_tokens)
         prompt_tokens = self.tokenizer.encode(" " + opts.prompt.strip()) if opts.prompt and opts.prompt.strip() else []
         segments: list[Segment] = []
         history: list[int] = []
@@ -154,9 +152,7 @@ class WhisperEngine:
             budget = int(opts.token_budget_base + opts.tokens_per_second * seconds)
             if opts.max_new_tokens:
                 budget = min(budget, opts.max_new_tokens)
-            decode_opts = DecodeOptions(
-                **{**decode_opts.__dict__, "language": language, "max_timestamp": content_end, "max_new_tokens": budget}
-            )
+            decode_opts = replace(decode_opts, language=language, max_timestamp=content_end, max_new_tokens=budget)
             prompt = self._prompt(prompt_tokens, history if opts.condition_on_previous_text else [], language, decode_opts)
             result = self.decoder.decode_with_fallback(features, prompt, decode_opts, check)
             generated += len(result.tokens)
