@@ -1,0 +1,33 @@
+from omnid.session.text import LocalAgreement, join_segments
+
+
+def test_join_spaces_only_between_spaced_scripts():
+    assert join_segments(["Hello there.", " How are you?"]) == "Hello there. How are you?"
+    assert join_segments(["我们今天", "开会。"]) == "我们今天开会。"
+    assert join_segments(["Meeting at 3pm", "我们开会"]) == "Meeting at 3pm我们开会"
+    assert join_segments(["こんにちは", "world"]) == "こんにちはworld"
+    assert join_segments(["안녕하세요", "여러분"]) == "안녕하세요 여러분"
+    assert join_segments(["สวัสดี", "ครับ"]) == "สวัสดีครับ"
+    assert join_segments(["ＡＢＣ", "def"]) == "ＡＢＣdef"
+    assert join_segments(["", "  a ", "", "b"]) == "a b"
+
+
+def test_local_agreement_commits_what_two_hypotheses_share_append_only():
+    agree = LocalAgreement()
+    deltas = [agree.update(h) for h in [
+        "and so my",  # nothing to agree with yet
+        "and so my fellow",  # "and so my" agreed
+        "and so my fellow Americans ask",  # "fellow" agreed
+        "and so my fellow Americans, ask not",  # "Americans" changed its punctuation: nothing new
+        "and so my fellow Americans, ask not what",  # "Americans, ask not" agreed
+    ]]
+    assert deltas == ["", "and so my", " fellow", "", " Americans, ask not"]
+    assert "".join(deltas) == agree.text() == "and so my fellow Americans, ask not"
+
+
+def test_local_agreement_never_retracts_committed_words():
+    agree = LocalAgreement()
+    agree.update("the cat sat")
+    assert agree.update("the cat sat down") == "the cat sat"
+    assert agree.update("a cat sat down") == ""  # a revision of committed text is not sent again
+    assert agree.text() == "the cat sat"
