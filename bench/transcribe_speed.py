@@ -95,11 +95,11 @@ def _system(system: str, threads: int, fallback: bool):
             import mlx_whisper  # noqa: F401
         except ImportError:
             return None
-        return _mlx_whisper()
+        return _mlx_whisper(fallback)
     raise ValueError(system)
 
 
-def _mlx_whisper():
+def _mlx_whisper(fallback: bool):
     """mlx-whisper on the same tiny.en weights, converted to its folder format."""
     import tempfile
 

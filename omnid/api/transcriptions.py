@@ -14,7 +14,7 @@ from aiohttp import web
 from omnid.api.errors import ApiError, invalid
 from omnid.api.forms import Form, flag, integer, number, read_form
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
-from omnid.engine.errors import JobCancelledError, QueueFullError
+from omnid.engine.errors import QueueFullError
 from omnid.engine.languages import language_code
 from omnid.engine.runtime import EngineRuntime, Priority
 from omnid.engine.transcriber import Segment, TranscribeOptions, Transcript, WhisperEngine
@@ -199,7 +199,7 @@ async def _stream(request: web.Request, req: Request, audio, heartbeat_s: float)
             raw += segments.get_nowait().text
         try:
             transcript = job.result()
-        except (JobCancelledError, Exception):
+        except Exception:  # JobCancelledError included: the client still gets its in-band error
             log.exception("transcription_failed")
             await resp.write(_sse(ErrorEvent(ErrorDetail("server_error", "transcription_failed", "Transcription failed."))))
             await resp.write(b"data: [DONE]\n\n")
