@@ -6,6 +6,8 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
+from omnid.engine.errors import QueueFullError
+
 
 class ErrorBody(msgspec.Struct):
     message: str
@@ -33,6 +35,12 @@ class ApiError(Exception):
         )
 
 
+def require_ready(services) -> None:
+    """Refuses work while the engines are still loading."""
+    if not services.ready:
+        raise ApiError(503, "models are still loading", code="loading", type="server_error", headers={"Retry-After": "1"})
+
+
 def invalid(param: str, message: str, code: str = "invalid_value") -> ApiError:
     return ApiError(400, message, param=param, code=code)
 
@@ -43,5 +51,9 @@ async def error_middleware(request: web.Request, handler):
         return await handler(request)
     except ApiError as exc:
         return exc.response()
+    except QueueFullError:  # any route whose engine queue is at its cap
+        busy = ApiError(503, "the server is busy; retry shortly", code="server_busy", type="server_error",
+                        headers={"Retry-After": "1"})
+        return busy.response()
     except web.HTTPRequestEntityTooLarge as exc:
         return ApiError(413, f"request body is larger than the {exc.max_size} byte limit", code="request_too_large").response()

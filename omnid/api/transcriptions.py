@@ -11,10 +11,9 @@ import msgspec
 import structlog
 from aiohttp import web
 
-from omnid.api.errors import ApiError, invalid
+from omnid.api.errors import ApiError, invalid, require_ready
 from omnid.api.forms import Form, flag, integer, number, read_form
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
-from omnid.engine.errors import QueueFullError
 from omnid.engine.languages import language_code
 from omnid.engine.runtime import EngineRuntime, Priority
 from omnid.engine.transcriber import Segment, TranscribeOptions, Transcript, WhisperEngine
@@ -128,8 +127,7 @@ def _model(model_id: str, services) -> EngineRuntime[WhisperEngine]:
 
 
 async def handle(request: web.Request, services) -> web.StreamResponse:
-    if not services.ready:
-        raise ApiError(503, "models are still loading", code="loading", type="server_error", headers={"Retry-After": "1"})
+    require_ready(services)
     config = services.config
     form = await read_form(request, int(config.server.max_upload_mb * 1024 * 1024))
     req = parse(form, services)
@@ -151,13 +149,9 @@ async def handle(request: web.Request, services) -> web.StreamResponse:
 
 async def _submit(req: Request, audio, on_segment) -> Transcript:
     engine = req.runtime.engine
-    try:
-        return await req.runtime.submit(
-            lambda check: engine.transcribe(audio, req.options, check, on_segment=on_segment), Priority.FILE
-        )
-    except QueueFullError as exc:
-        raise ApiError(503, "the server is busy; retry shortly", code="server_busy", type="server_error",
-                       headers={"Retry-After": "1"}) from exc
+    return await req.runtime.submit(
+        lambda check: engine.transcribe(audio, req.options, check, on_segment=on_segment), Priority.FILE
+    )
 
 
 def _sse(event: msgspec.Struct | bytes) -> bytes:

@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 from aiohttp import WSMsgType, web
 
-from omnid.api.errors import ApiError, invalid
+from omnid.api.errors import invalid, require_ready
 from omnid.api.forms import integer, number, read_form
 from omnid.audio import AudioDecodeError, decode_audio
 from omnid.engine.errors import QueueFullError
@@ -28,15 +28,8 @@ def add_routes(app: web.Application, key: web.AppKey) -> None:
     app.router.add_get("/v1/vad/stream", stream_handler)
 
 
-def _unavailable(services) -> ApiError | None:
-    if not services.ready or services.vad is None:
-        return ApiError(503, "models are still loading", code="loading", type="server_error", headers={"Retry-After": "1"})
-    return None
-
-
 async def speech_timestamps_route(request: web.Request, services) -> web.Response:
-    if (err := _unavailable(services)) is not None:
-        raise err
+    require_ready(services)
     config = services.config
     form = await read_form(request, int(config.server.max_upload_mb * 1024 * 1024))
     defaults = SpeechParams()
@@ -53,10 +46,7 @@ async def speech_timestamps_route(request: web.Request, services) -> web.Respons
         audio = await loop.run_in_executor(None, decode_audio, form.file, config.transcription.max_audio_seconds)
     except AudioDecodeError as exc:
         raise invalid("file", f"file: {exc}", "invalid_audio") from exc
-    try:
-        probs = await services.vad.submit(lambda check: probabilities(services.vad.engine, audio, check), Priority.FILE)
-    except QueueFullError as exc:
-        raise ApiError(503, str(exc), code="server_busy", type="server_error", headers={"Retry-After": "1"}) from exc
+    probs = await services.vad.submit(lambda check: probabilities(services.vad.engine, audio, check), Priority.FILE)
     spans = speech_timestamps(probs, len(audio), params)
     return web.json_response({"sample_rate": SAMPLE_RATE, "timestamps": spans})
 
@@ -70,8 +60,8 @@ async def stream_route(request: web.Request, services) -> web.WebSocketResponse:
     # A little above the largest legal frame, so an over-long frame gets our error rather than a bare close.
     ws = web.WebSocketResponse(max_msg_size=max_samples * 4 + (1 << 20), heartbeat=30)
     await ws.prepare(request)
-    if (err := _unavailable(services)) is not None:
-        await _fail(ws, err.message)
+    if not services.ready:
+        await _fail(ws, "models are still loading")
         return ws
     stream = VadStream()
     async for msg in ws:

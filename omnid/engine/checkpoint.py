@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -39,7 +39,6 @@ class Checkpoint:
     alignment_heads: tuple[tuple[int, int], ...] = ()
     suppress_ids: tuple[int, ...] | None = None
     suppress_ids_begin: tuple[int, ...] | None = None
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 def detect_format(folder: Path) -> str:
@@ -213,7 +212,6 @@ def _load_ct2(folder: Path) -> Checkpoint:
         alignment_heads=_heads(cfg),
         suppress_ids=_ints(cfg, "suppress_ids"),
         suppress_ids_begin=_ints(cfg, "suppress_ids_begin"),
-        extra={"lang_ids": _ints(cfg, "lang_ids")},
     )
 
 
