@@ -47,6 +47,34 @@ class TranscriptionConfig(msgspec.Struct, forbid_unknown_fields=True):
     max_audio_seconds: float = 14400.0
 
 
+class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
+    # Dialect of a connection whose first event is an audio append (wire.md 3).
+    default_dialect: Literal["voxt", "openai"] = "voxt"
+    max_sessions: int = 32
+    # Largest text frame (base64 audio of ~100 ms is ~4-7 KB).
+    max_frame_bytes: int = 1048576
+    # Segments are cut here, at the quietest moment of their last second.
+    max_segment_s: float = 30.0
+    # Audio one connection may send in total.
+    max_session_s: float = 14400.0
+    # Audio received but not yet transcribed: the open segment plus segments waiting for their final.
+    max_backlog_s: float = 90.0
+    # Live previews: the first this long after speech starts, then after each this much new audio.
+    first_preview_s: float = 0.1
+    preview_interval_s: float = 1.0
+    # Previews of less speech than this are shown but not built on (no stable prefix, no OpenAI delta).
+    stable_after_s: float = 1.5
+    # Window mode of previews ("content" is several times cheaper on a CPU); finals use transcription.window.
+    preview_window: Literal["full", "content"] = "content"
+    # Speech probability that opens a segment to decoding when turns are manual (server VAD has its own).
+    vad_threshold: float = 0.5
+    # Events waiting to be written to a slow client; beyond it the session ends.
+    max_pending_events: int = 1024
+    # Input sample rates a session may declare.
+    min_rate: int = 8000
+    max_rate: int = 48000
+
+
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
     id: str
     kind: Literal["whisper"] = "whisper"
@@ -59,6 +87,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True):
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
     vad: VadConfig = msgspec.field(default_factory=VadConfig)
     transcription: TranscriptionConfig = msgspec.field(default_factory=TranscriptionConfig)
+    realtime: RealtimeConfig = msgspec.field(default_factory=RealtimeConfig)
     models: list[ModelConfig] = msgspec.field(default_factory=list)
 
     def model(self, model_id: str) -> ModelConfig:
@@ -94,7 +123,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 ENV_PREFIX = "OMNID_"
-SECTIONS = ("server", "engine", "vad", "transcription")
+SECTIONS = ("server", "engine", "vad", "transcription", "realtime")
 
 
 def env_overrides(environ: dict[str, str]) -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
@@ -115,7 +144,8 @@ def env_overrides(environ: dict[str, str]) -> tuple[dict[str, Any], dict[tuple[s
 
 
 def _section_type(section: str) -> type:
-    return {"server": ServerConfig, "engine": EngineConfig, "vad": VadConfig, "transcription": TranscriptionConfig}[section]
+    return {"server": ServerConfig, "engine": EngineConfig, "vad": VadConfig, "transcription": TranscriptionConfig,
+            "realtime": RealtimeConfig}[section]
 
 
 def load_config(
@@ -186,11 +216,33 @@ def _check_values(config: Config) -> None:
         raise ConfigError("transcription.content_padding_s must be between 0 and 30")
     if not 0 <= t.content_min_window_s <= 30:
         raise ConfigError("transcription.content_min_window_s must be between 0 and 30")
+    _check_realtime(config.realtime)
     ids = [m.id for m in config.models]
     if len(set(ids)) != len(ids):
         raise ConfigError("models: model ids must be unique")
     if t.default_model not in ids:
         raise ConfigError(f"transcription.default_model: {t.default_model!r} is not among models")
+
+
+def _check_realtime(r: RealtimeConfig) -> None:
+    if r.max_sessions < 1:
+        raise ConfigError("realtime.max_sessions must be at least 1")
+    if r.max_frame_bytes < 1024:
+        raise ConfigError("realtime.max_frame_bytes must be at least 1024")
+    if not 1 <= r.max_segment_s <= 30:
+        raise ConfigError("realtime.max_segment_s must be between 1 and 30 (one Whisper window)")
+    if r.max_session_s <= 0:
+        raise ConfigError("realtime.max_session_s must be positive")
+    if r.max_backlog_s <= r.max_segment_s:
+        raise ConfigError("realtime.max_backlog_s must be longer than realtime.max_segment_s")
+    if r.first_preview_s < 0 or r.preview_interval_s <= 0:
+        raise ConfigError("realtime.preview_interval_s must be positive and first_preview_s not negative")
+    if not 0 < r.vad_threshold < 1:
+        raise ConfigError("realtime.vad_threshold must be in (0, 1)")
+    if r.max_pending_events < 16:
+        raise ConfigError("realtime.max_pending_events must be at least 16")
+    if not 1000 <= r.min_rate <= r.max_rate <= 192000:
+        raise ConfigError("realtime.min_rate and max_rate must satisfy 1000 <= min_rate <= max_rate <= 192000")
 
 
 def model_folder(model: ModelConfig) -> Path:

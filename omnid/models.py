@@ -11,7 +11,10 @@ from omnid.engine.transcriber import TranscribeOptions, WhisperEngine
 def whisper_runtime(model: ModelConfig, config: Config) -> EngineRuntime[WhisperEngine]:
     folder = model_folder(model)
     pins = load_pins().get(model.id, {})
-    return EngineRuntime(model.id, lambda: WhisperEngine(model.id, folder, pins), config.engine.max_queue)
+    return EngineRuntime(
+        model.id, lambda: WhisperEngine(model.id, folder, pins), config.engine.max_queue,
+        final_reserve=config.realtime.max_sessions,
+    )
 
 
 def transcribe_options(

@@ -27,9 +27,9 @@ log = structlog.get_logger(__name__)
 class Server:
     """Binds first (so /health answers 'loading' at once), then loads the engines."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, services: Services | None = None):
         self.config = config
-        self.services = Services.create(config)
+        self.services = services or Services.create(config)
         # handler_cancellation: a client that disconnects cancels its handler, and so its engine job.
         self.runner = web.AppRunner(
             create_app(self.services), access_log=None, handle_signals=False, handler_cancellation=True

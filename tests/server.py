@@ -10,10 +10,10 @@ from omnid.server import Server
 
 
 class ServerThread:
-    def __init__(self, config: Config | None = None, overrides: dict | None = None):
+    def __init__(self, config: Config | None = None, overrides: dict | None = None, services=None):
         self.config = config or load_config(overrides={"server": {"port": 0}, **(overrides or {})})
         self.loop = asyncio.new_event_loop()
-        self.server = Server(self.config)
+        self.server = Server(self.config, services(self.config) if services else None)
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
     def __enter__(self) -> "ServerThread":

@@ -31,3 +31,12 @@ def test_local_agreement_never_retracts_committed_words():
     assert agree.update("the cat sat down") == "the cat sat"
     assert agree.update("a cat sat down") == ""  # a revision of committed text is not sent again
     assert agree.text() == "the cat sat"
+
+
+def test_local_agreement_holds_back_each_hypothesis_last_word():
+    agree = LocalAgreement(hold_back=1)
+    assert agree.update("printing") == ""
+    assert agree.update("Printing, in the") == ""  # "printing" was the last word of its hypothesis
+    assert agree.update("Printing, in the only") == "Printing, in"  # "the" is the previous one's last word
+    assert agree.update("Printing, in the only sense") == " the"
+    assert agree.text() == "Printing, in the"

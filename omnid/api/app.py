@@ -8,7 +8,7 @@ import msgspec
 import structlog
 from aiohttp import web
 
-from omnid.api import transcriptions, vad
+from omnid.api import realtime, transcriptions, vad
 from omnid.api.errors import error_middleware
 from omnid.services import Services
 
@@ -40,6 +40,7 @@ async def health(request: web.Request) -> web.Response:
         "running": True,
         "request_states": services.request_states(),
         "models": {r.name: r.request_states for r in services.runtimes()},
+        "realtime_sessions": len(request.app[realtime.REGISTRY].open),
         "uptime_s": round(time.monotonic() - request.app[STARTED], 3),
     }
     return json_response(body, 200 if services.ready else 503)
@@ -55,6 +56,10 @@ async def models(request: web.Request) -> web.Response:
 
 async def transcribe(request: web.Request) -> web.StreamResponse:
     return await transcriptions.handle(request, request.app[SERVICES])
+
+
+async def realtime_socket(request: web.Request) -> web.StreamResponse:
+    return await realtime.handle(request, request.app[SERVICES])
 
 
 @web.middleware
@@ -79,8 +84,10 @@ def create_app(services: Services) -> web.Application:
     app = web.Application(middlewares=[request_log, error_middleware], client_max_size=max_body)
     app[SERVICES] = services
     app[STARTED] = time.monotonic()
+    app[realtime.REGISTRY] = realtime.Registry()
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/audio/transcriptions", transcribe)
+    app.router.add_get("/v1/realtime", realtime_socket)
     vad.add_routes(app, SERVICES)
     return app

@@ -116,12 +116,13 @@ class WindowDecoder:
         self.max_length = model.dims.n_text_ctx
 
     def decode_with_fallback(
-        self, features: mx.array, prompt: list[int], opts: DecodeOptions, check: Callable[[], None]
+        self, features: mx.array, prompt: list[int], opts: DecodeOptions, check: Callable[[], None],
+        prefix: list[int] = [],
     ) -> DecodeResult:
         cross = self.model.decoder.cross_kv(features)
         results: list[DecodeResult] = []
         for temperature in opts.temperatures:
-            result = self.decode(cross, prompt, replace(opts, temperatures=(temperature,)), check)
+            result = self.decode(cross, prompt, replace(opts, temperatures=(temperature,)), check, prefix)
             results.append(result)
             if not self._needs_fallback(result, opts):
                 return result
@@ -142,23 +143,27 @@ class WindowDecoder:
         return (too_repetitive or too_unlikely) and not silence
 
     def decode(
-        self, cross: list, prompt: list[int], opts: DecodeOptions, check: Callable[[], None]
+        self, cross: list, prompt: list[int], opts: DecodeOptions, check: Callable[[], None],
+        prefix: list[int] = [],
     ) -> DecodeResult:
+        """``prefix``: tokens the text must begin with; they run through the decoder in the prompt's single
+        forward pass (cheap next to sampling them one by one) and are part of the result's tokens."""
         temperature = opts.temperatures[0]
         rng = np.random.default_rng(opts.seed)
+        context = prompt + list(prefix)
         limit = self.max_length
         if opts.max_new_tokens:
-            limit = min(limit, len(prompt) + opts.max_new_tokens)
+            limit = min(limit, len(context) + opts.max_new_tokens)
         sot_index = prompt.index(self.tok.sot)
         decoder = self.model.decoder
 
-        hidden, cache = decoder(mx.array([prompt]), None, kv_cache=cross)
-        first = decoder.logits(hidden[0, mx.array([sot_index, len(prompt) - 1])])
+        hidden, cache = decoder(mx.array([context]), None, kv_cache=cross)
+        first = decoder.logits(hidden[0, mx.array([sot_index, len(context) - 1])])
         first_np = np.array(first, dtype=np.float32)
         no_speech_prob = float(np.exp(_log_softmax(first_np[0])[self.tok.no_speech]))
         logits = first_np[1]
 
-        sampled: list[int] = []
+        sampled: list[int] = list(prefix)
         sum_logprob = 0.0
         finish = "length"
         while True:
@@ -184,7 +189,7 @@ class WindowDecoder:
         return DecodeResult(
             tokens=sampled,
             text=text,
-            avg_logprob=sum_logprob / (len(sampled) + 1),
+            avg_logprob=sum_logprob / (len(sampled) - len(prefix) + 1),
             no_speech_prob=no_speech_prob,
             temperature=temperature,
             compression_ratio=compression_ratio(text.strip()),

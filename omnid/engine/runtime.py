@@ -58,11 +58,14 @@ def clear_mlx_cache() -> None:
 class EngineRuntime(Generic[E]):
     """Owns one engine, built by ``factory`` on the worker thread, and runs jobs on it one at a time."""
 
-    def __init__(self, name: str, factory: Callable[[], E], max_queue: int):
-        if max_queue < 1:
-            raise ValueError("max_queue must be at least 1")
+    def __init__(self, name: str, factory: Callable[[], E], max_queue: int, final_reserve: int = 0):
+        if max_queue < 1 or final_reserve < 0:
+            raise ValueError("max_queue must be at least 1 and final_reserve not negative")
         self.name = name
         self.max_queue = max_queue
+        # Realtime finals may queue past max_queue by this many (one per session at most), so a burst of file
+        # jobs or previews never costs a session its final.
+        self.final_reserve = final_reserve
         self._factory = factory
         self._engine: E | None = None
         self._heap: list[_Job] = []
@@ -124,7 +127,8 @@ class EngineRuntime(Generic[E]):
         with self._cv:
             if self._closing:
                 raise JobCancelledError("runtime is closing")
-            if self._queued >= self.max_queue:
+            cap = self.max_queue + (self.final_reserve if priority == Priority.FINAL else 0)
+            if self._queued >= cap:
                 raise QueueFullError(f"engine {self.name} queue is full ({self.max_queue} jobs)")
             heapq.heappush(self._heap, job)
             self._queued += 1

@@ -20,7 +20,7 @@ from omnid.engine.alignment import Word, word_timestamps
 from omnid.engine.checkpoint import load_checkpoint
 from omnid.engine.decoding import TIME_PRECISION, DecodeOptions, DecodeResult, LogitRules, WindowDecoder
 from omnid.engine.errors import CheckpointError
-from omnid.engine.mel import FRAMES_PER_SECOND, N_FRAMES, SAMPLE_RATE, log_mel_spectrogram
+from omnid.engine.mel import FRAMES_PER_SECOND, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram
 from omnid.engine.tokenizer import WhisperTokenizer, tokenizer_files
 from omnid.engine.whisper import Whisper
 
@@ -189,6 +189,35 @@ class WhisperEngine:
             generated_tokens=generated,
             finish_reason=finish,
         )
+
+    def decode_window(
+        self,
+        audio: np.ndarray,
+        opts: TranscribeOptions = TranscribeOptions(),
+        prefix: str = "",
+        check: Callable[[], None] = lambda: None,
+    ) -> str:
+        """Text of one window (at most 30 s) without timestamps, forced to begin with ``prefix``. Live previews
+        pass the stable start of their previous hypothesis, so only the new words are sampled; a final passes the
+        text already sent as append-only deltas, so the authoritative text continues it."""
+        mel = log_mel_spectrogram(audio[:N_SAMPLES], self.dims.n_mels)
+        frames = mel.shape[0] - 1
+        if frames <= 0:
+            return prefix.strip()
+        features = self._encode(mel[:frames], opts, check)
+        language = opts.language or ("en" if not self.dims.is_multilingual else self.detect_language(features))
+        budget = int(opts.token_budget_base + opts.tokens_per_second * frames / FRAMES_PER_SECOND)
+        decode_opts = replace(
+            opts.decode, temperatures=opts.temperatures(), language=language, without_timestamps=True,
+            max_new_tokens=min(budget, opts.max_new_tokens or budget),
+        )
+        prompt_tokens = self.tokenizer.encode(" " + opts.prompt.strip()) if opts.prompt and opts.prompt.strip() else []
+        prompt = self._prompt(prompt_tokens, [], language, decode_opts)
+        forced = self.tokenizer.encode(" " + prefix.strip()) if prefix.strip() else []
+        result = self.decoder.decode_with_fallback(features, prompt, decode_opts, check, forced)
+        if not forced and self._is_silence(result, decode_opts):
+            return ""
+        return result.text.strip()
 
     def _encode(self, window: mx.array, opts: TranscribeOptions, check: Callable[[], None]) -> mx.array:
         frames = window.shape[0]

@@ -51,7 +51,10 @@ class LocalAgreement:
     """Append-only text from revisions: a word is committed once two consecutive hypotheses agree on it and on
     everything before it. Constant in the number of revisions; reset per segment."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold_back: int = 0) -> None:
+        # A hypothesis's last words may belong to a word still being spoken (or be the start of a sentence the model
+    # has not yet punctuated): neither of the two hypotheses may commit them.
+        self.hold_back = hold_back
         self.committed: list[str] = []
         self._previous: list[str] = []
 
@@ -59,7 +62,8 @@ class LocalAgreement:
         """Feeds a new hypothesis; returns the newly committed text (possibly empty) to send as a delta."""
         words = hypothesis.split()
         agreed = 0
-        for a, b in zip(self._previous, words):
+        h = self.hold_back
+        for a, b in zip(self._previous[: max(0, len(self._previous) - h)], words[: max(0, len(words) - h)]):
             if a != b:
                 break
             agreed += 1

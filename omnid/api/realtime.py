@@ -1,0 +1,228 @@
+"""The realtime WebSocket /v1/realtime (wire.md section 3): translates frames into session calls and session
+events into frames. Dialect selection, size caps and the socket's error codes live here; audio, VAD and the
+engine live in omnid.session."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import Any
+
+import msgspec
+import structlog
+from aiohttp import WSMsgType, web
+
+from omnid.api.errors import invalid, require_ready
+from omnid.services import Services
+from omnid.session import events as ce
+from omnid.session import server_events as ev
+from omnid.session import settings as st
+from omnid.session.buffer import InvalidAudio, decode_pcm16
+from omnid.session.session import Dialect, Session, SessionError
+
+log = structlog.get_logger(__name__)
+DIALECTS = ("voxt", "openai")
+
+
+class Outbox:
+    """Events leave in order through one writer task; each gets its ``event_id`` (and in the Voxt dialect its
+    ``event_index``) as it is queued. Bounded: a client that stops reading ends its session."""
+
+    def __init__(self, ws: web.WebSocketResponse, cap: int):
+        self.ws = ws
+        self.dialect: Dialect | None = None
+        self.index = 0
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(cap)
+        self.overflowed = False
+        self.task = asyncio.ensure_future(self._write())
+
+    def send(self, event: ev.ServerEvent) -> None:
+        self.index += 1
+        stamped = msgspec.structs.replace(
+            event, event_id="evt_" + secrets.token_hex(16),
+            event_index=self.index if self.dialect == "voxt" else None,
+        )
+        try:
+            self.queue.put_nowait(msgspec.json.encode(stamped))
+        except asyncio.QueueFull:
+            self.overflowed = True
+
+    async def _write(self) -> None:
+        while (frame := await self.queue.get()) is not None:
+            try:
+                await self.ws.send_str(frame.decode())
+            except (ConnectionError, RuntimeError):
+                return
+
+    async def close(self) -> None:
+        """Flushes what is queued, then stops the writer."""
+        if not self.task.done():
+            try:
+                self.queue.put_nowait(None)
+            except asyncio.QueueFull:
+                self.task.cancel()
+            try:
+                await asyncio.wait_for(self.task, 10)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                self.task.cancel()
+
+
+class Connection:
+    """One socket = one session, created when the dialect is known."""
+
+    def __init__(self, ws: web.WebSocketResponse, services: Services, dialect: Dialect | None):
+        self.ws = ws
+        self.services = services
+        self.config = services.config.realtime
+        self.out = Outbox(ws, self.config.max_pending_events)
+        self.dialect = dialect
+        self.session: Session | None = None
+        self.session_id = "sess_" + secrets.token_hex(10)
+        self.caps = st.Capabilities(
+            default_model=services.config.transcription.default_model,
+            languages={mid: rt.engine.languages for mid, rt in services.transcribers.items()},
+            min_rate=self.config.min_rate,
+            max_rate=self.config.max_rate,
+        )
+        self.finished = False
+        if dialect is not None:
+            self._start(dialect)
+
+    def _start(self, dialect: Dialect) -> None:
+        self.dialect = self.out.dialect = dialect
+        settings = self.caps.initial(dialect)
+        self.session = Session(
+            dialect, settings, self.config, self.services.config.transcription, self.services.transcribers,
+            self.services.vad_batcher, self.out.send,
+        )
+        log.info("realtime_session_started", dialect=dialect, session=self.session_id)
+        if dialect == "openai":
+            self.out.send(ev.SessionCreated(session=st.openai_view(settings, self.session_id)))
+
+    def error(self, code: str, message: str, *, param: str | None = None, event_id: str | None = None) -> None:
+        if self.out.dialect is None:
+            self.out.dialect = self.dialect or self.config.default_dialect
+        kind = "server_error" if code in ("too_many_sessions", "buffer_overflow", "session_too_long") else "invalid_request_error"
+        self.out.send(ev.error(code, message, type=kind, param=param, event_id=event_id))
+
+    async def frame(self, data: str) -> None:
+        """One text frame. Raises SessionError for the terminal errors."""
+        if len(data) > self.config.max_frame_bytes:
+            raise SessionError("frame_too_large", f"frame of {len(data)} bytes is over the {self.config.max_frame_bytes} byte cap")
+        parsed = ce.parse_frame(data)
+        if isinstance(parsed, ce.FrameError):
+            if parsed.terminal:
+                raise SessionError(parsed.code, parsed.message)
+            self.error(parsed.code, parsed.message, event_id=parsed.event_id)
+            return
+        if self.session is None:
+            self._start(ce.dialect_of(parsed) or self.config.default_dialect)
+        await self.event(parsed)
+
+    async def event(self, e: ce.ClientEvent) -> None:
+        session = self.session
+        assert session is not None
+        if isinstance(e, ce.AudioAppend):
+            try:
+                samples = decode_pcm16(e.audio)
+            except InvalidAudio as exc:
+                self.error("invalid_audio", str(exc), param="audio", event_id=e.event_id)
+                return
+            await session.append(samples)
+        elif isinstance(e, ce.AudioCommit):
+            await session.commit()
+        elif isinstance(e, ce.AudioClear):
+            session.clear()
+        elif isinstance(e, (ce.SessionUpdate, ce.TranscriptionSessionUpdate)):
+            self._update(e)
+        elif isinstance(e, ce.TranscriptionDone):
+            if self.dialect != "voxt":
+                self.error("invalid_event", "transcription.done belongs to the Voxt dialect; commit instead",
+                           event_id=e.event_id)
+                return
+            if await session.commit():
+                text = await session.drain()
+                self.out.send(ev.TranscriptionCompleted(text=text))
+                self.finished = True
+
+    def _update(self, e: ce.SessionUpdate | ce.TranscriptionSessionUpdate) -> None:
+        session = self.session
+        assert session is not None
+        try:
+            if self.dialect == "voxt":
+                new = st.voxt_update(session.settings, e.session, self.caps)
+            else:
+                new = st.openai_update(session.settings, e.session, self.caps, session.audio_started)
+        except st.SettingsError as exc:
+            self.error(exc.code, exc.message, param=exc.param, event_id=e.event_id)
+            return
+        session.update(new)
+        if self.dialect == "voxt":
+            self.out.send(ev.TranscriptionSessionUpdated(session=st.voxt_view(new)))
+        elif isinstance(e, ce.TranscriptionSessionUpdate):
+            self.out.send(ev.TranscriptionSessionUpdated(session=st.openai_beta_view(new, self.session_id)))
+        else:
+            self.out.send(ev.SessionUpdated(session=st.openai_view(new, self.session_id)))
+
+    async def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+        await self.out.close()
+
+
+class Registry:
+    """Open sessions, capped by realtime.max_sessions."""
+
+    def __init__(self) -> None:
+        self.open: set[Connection] = set()
+
+
+REGISTRY = web.AppKey("realtime_sessions", Registry)
+
+
+async def handle(request: web.Request, services: Services) -> web.StreamResponse:
+    config = services.config.realtime
+    dialect: Any = request.query.get("protocol")
+    if dialect is not None and dialect not in DIALECTS:
+        raise invalid("protocol", f"protocol must be one of {', '.join(DIALECTS)}")
+    require_ready(services)
+    # aiohttp's own cap is a backstop well above ours, so an over-cap frame still gets the spec's error.
+    ws = web.WebSocketResponse(max_msg_size=2 * config.max_frame_bytes + 65536, autoping=True, heartbeat=30)
+    await ws.prepare(request)
+    registry = request.app[REGISTRY]
+    if len(registry.open) >= config.max_sessions:
+        conn = Connection(ws, services, None)
+        conn.error("too_many_sessions", f"the server already has {config.max_sessions} realtime sessions")
+        await conn.close()
+        await ws.close()
+        return ws
+    conn = Connection(ws, services, dialect)
+    registry.open.add(conn)
+    try:
+        await _serve(ws, conn)
+    finally:
+        registry.open.discard(conn)
+        await conn.close()
+        await ws.close()
+        log.info("realtime_session_ended", session=conn.session_id)
+    return ws
+
+
+async def _serve(ws: web.WebSocketResponse, conn: Connection) -> None:
+    async for msg in ws:
+        try:
+            if msg.type == WSMsgType.TEXT:
+                await conn.frame(msg.data)
+            elif msg.type == WSMsgType.BINARY:
+                conn.error("invalid_json", "frames must be text: one JSON object each")
+            elif msg.type == WSMsgType.ERROR:
+                raise SessionError("frame_too_large", f"unreadable frame: {ws.exception()}")
+        except SessionError as exc:
+            conn.error(exc.code, exc.message)
+            log.info("realtime_session_refused", code=exc.code, session=conn.session_id)
+            return
+        if conn.out.overflowed:
+            log.warning("realtime_client_too_slow", session=conn.session_id)
+            return
+        if conn.finished:
+            return

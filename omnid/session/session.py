@@ -1,0 +1,409 @@
+"""One realtime session: audio in, VAD-gated segments, live previews and one final per segment out.
+
+The session owns its audio buffer (only the open segment, or in server-VAD mode the prefix padding, is kept), a
+Silero VAD stream state, the open segment, the finals waiting for the engine and a few counters; nothing else
+grows with its length. It knows audio, VAD and an engine handle, never the socket: events leave through ``send``.
+
+Scheduling: a final per closed segment, in order, at FINAL priority; at most one preview in flight, at PREVIEW
+priority, started only when enough new audio has come; a preview is cancelled when its segment closes, and one
+that cannot be queued is skipped, so a machine that falls behind thins previews and never loses a final.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+import structlog
+
+from omnid.config import RealtimeConfig, TranscriptionConfig
+from omnid.engine.errors import JobCancelledError, QueueFullError
+from omnid.engine.runtime import EngineRuntime, Priority
+from omnid.engine.transcriber import WhisperEngine
+from omnid.models import transcribe_options
+from omnid.session import server_events as ev
+from omnid.session.buffer import SAMPLE_RATE, AudioBuffer, BufferOverflow
+from omnid.session.cut import quietest_cut
+from omnid.session.settings import Settings
+from omnid.session.text import LocalAgreement, join_segments
+from omnid.vad.batcher import VadBatcher
+from omnid.vad.segments import TurnDetector
+from omnid.vad.silero import WINDOW
+from omnid.vad.stream import VadStream
+
+log = structlog.get_logger(__name__)
+
+Dialect = Literal["voxt", "openai"]
+MIN_COMMIT_SAMPLES = SAMPLE_RATE // 10  # OpenAI: committing less than 100 ms is an error
+
+
+class SessionError(Exception):
+    """Ends the session: the connection sends this error, then closes."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def new_item_id() -> str:
+    return "item_" + secrets.token_hex(10)
+
+
+@dataclass
+class Segment:
+    index: int  # Voxt segment_id, from 0
+    item_id: str  # OpenAI item id
+    start: int  # absolute 16 kHz sample
+    speech_at: int | None = None  # first window above the speech threshold
+    previewed_to: int | None = None  # buffer end at the last preview
+    last_text: str = ""
+    agreement: LocalAgreement = field(default_factory=lambda: LocalAgreement(hold_back=1))
+
+
+@dataclass
+class FinalJob:
+    segment: Segment
+    audio: np.ndarray
+    prefix: str  # text already sent as deltas: the final continues it
+    closed_at: float  # monotonic time the segment ended (latency is measured from here)
+
+
+class Session:
+    def __init__(
+        self,
+        dialect: Dialect,
+        settings: Settings,
+        config: RealtimeConfig,
+        transcription: TranscriptionConfig,
+        engines: Mapping[str, EngineRuntime[WhisperEngine]],
+        vad: VadBatcher,
+        send: Callable[[ev.ServerEvent], None],
+    ):
+        self.dialect = dialect
+        self.config = config
+        self.transcription = transcription
+        self.engines = engines
+        self.vad = vad
+        self.send = send
+        self.settings = settings
+        self.buffer = AudioBuffer(settings.rate, config.max_backlog_s)
+        self.vad_stream = VadStream()
+        # Window probabilities of about the last second: where an over-long segment is cut.
+        self.recent: collections.deque[tuple[int, float]] = collections.deque(
+            maxlen=SAMPLE_RATE // WINDOW + 2)
+        self.turns = self._detector(settings)
+        self.segment: Segment | None = None
+        self.segments_opened = 0
+        self.uncommitted_from = 0  # OpenAI: where the input buffer starts since the last commit or clear
+        self.last_item_id: str | None = None
+        self.input_samples = 0  # at the client's rate, for the session length cap
+        self.final_texts: list[str] = []  # Voxt: transcription.completed joins them
+        self._finals: collections.deque[FinalJob] = collections.deque()
+        self._final_samples = 0
+        self._final_task: asyncio.Task | None = None
+        self._finals_idle = asyncio.Event()
+        self._finals_idle.set()
+        self._preview: asyncio.Task | None = None
+        self.latencies: collections.deque[float] = collections.deque(maxlen=1024)
+
+    # --- settings ---------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _detector(s: Settings) -> TurnDetector | None:
+        if s.turns is None:
+            return None
+        return TurnDetector(s.turns.threshold, s.turns.prefix_padding_ms, s.turns.silence_duration_ms)
+
+    def update(self, settings: Settings) -> None:
+        if settings.rate != self.settings.rate:
+            self.buffer = AudioBuffer(settings.rate, self.config.max_backlog_s)  # only before any audio
+        if settings.turns != self.settings.turns:
+            self.turns = self._detector(settings)
+            if self.turns is not None:
+                self.turns.window = self.vad_stream.windows
+        self.settings = settings
+
+    @property
+    def audio_started(self) -> bool:
+        return self.input_samples > 0
+
+    @property
+    def threshold(self) -> float:
+        return self.settings.turns.threshold if self.settings.turns else self.config.vad_threshold
+
+    @property
+    def backlog_samples(self) -> int:
+        return self.buffer.backlog + self._final_samples
+
+    # --- audio ------------------------------------------------------------------------------------------
+
+    async def append(self, samples: np.ndarray) -> None:
+        self.input_samples += len(samples)
+        if self.input_samples / self.settings.rate > self.config.max_session_s:
+            raise SessionError("session_too_long", f"the session is over its {self.config.max_session_s:g} s cap")
+        try:
+            new = self.buffer.append(samples)
+        except BufferOverflow as exc:
+            raise SessionError("buffer_overflow", str(exc)) from None
+        if self.backlog_samples > self.config.max_backlog_s * SAMPLE_RATE:
+            raise SessionError(
+                "buffer_overflow",
+                f"more than {self.config.max_backlog_s:g} s of audio is waiting to be transcribed",
+            )
+        await self._analyse(new)
+
+    async def _analyse(self, new: np.ndarray) -> None:
+        first = self.vad_stream.windows
+        probs = await self.vad.feed(self.vad_stream, new) if len(new) else np.zeros(0, np.float32)
+        if self.settings.manual and self.segment is None and self.buffer.end > self.uncommitted_from:
+            self._open(self.uncommitted_from)
+        for k, p in enumerate(probs, start=first):
+            self._window(k, float(p))
+        self._cut_if_long()
+        self._trim()
+        self._maybe_preview()
+
+    def _window(self, k: int, p: float) -> None:
+        self.recent.append((k, p))
+        if self.turns is not None:
+            for turn in self.turns.push(np.array([p], np.float32)):
+                if turn.kind == "speech_started":
+                    self._speech_started(turn.sample)
+                else:
+                    self._speech_stopped(turn.sample, (k + 1) * WINDOW)
+        seg = self.segment
+        if seg is not None and seg.speech_at is None and p >= self.threshold and (k + 1) * WINDOW > seg.start:
+            seg.speech_at = max(seg.start, k * WINDOW)
+
+    def _speech_started(self, sample: int) -> None:
+        if self.segment is None:
+            self._open(max(sample, self.buffer.start, self.uncommitted_from))
+        seg = self.segment
+        if self.dialect == "openai":
+            self.send(ev.SpeechStarted(item_id=seg.item_id, audio_start_ms=_ms(seg.start)))
+
+    def _speech_stopped(self, silence_from: int, now: int) -> None:
+        seg = self.segment
+        if seg is None:
+            return
+        if self.dialect == "openai":
+            self.send(ev.SpeechStopped(item_id=seg.item_id, audio_end_ms=_ms(silence_from)))
+        # The segment keeps the silence that ended it: Whisper ends its decode more cleanly with it.
+        self._close(min(now, self.buffer.end))
+
+    def _open(self, start: int) -> None:
+        self.segment = Segment(self.segments_opened, new_item_id(), start)
+        self.segments_opened += 1
+
+    def _cut_if_long(self) -> None:
+        seg = self.segment
+        limit = int(self.config.max_segment_s * SAMPLE_RATE)
+        if seg is None or self.buffer.end - seg.start < limit:
+            return
+        end = seg.start + limit
+        lo = -(-max(seg.start, end - SAMPLE_RATE) // WINDOW) * WINDOW
+        probs = np.array([p for k, p in self.recent if lo <= k * WINDOW and (k + 1) * WINDOW <= end], np.float32)
+        cut = lo + quietest_cut(self.buffer.view(lo, end), 1.0, probs if len(probs) else None)
+        speaking = self.turns is not None and self.turns.in_speech
+        self._close(cut)
+        if self.settings.manual or speaking:
+            self._open(cut)
+            after = [p for k, p in self.recent if k * WINDOW >= cut and p >= self.threshold]
+            if speaking or after:
+                self.segment.speech_at = cut
+            if speaking and self.dialect == "openai":
+                self.send(ev.SpeechStarted(item_id=self.segment.item_id, audio_start_ms=_ms(cut)))
+
+    def _trim(self) -> None:
+        """Audio before the open segment is consumed; without one, server VAD keeps its prefix padding."""
+        if self.segment is not None:
+            keep = self.segment.start
+        elif self.turns is not None:
+            keep = self.buffer.end - self.turns.prefix - 2 * WINDOW
+        else:
+            keep = self.uncommitted_from
+        self.buffer.consume(keep)
+
+    # --- turns ------------------------------------------------------------------------------------------
+
+    async def commit(self) -> bool:
+        """input_audio_buffer.commit. Returns False (after sending the error) when there is too little audio."""
+        tail = self.buffer.flush()
+        if len(tail):
+            await self._analyse(tail)
+        if self.dialect == "openai" and self.buffer.end - self.uncommitted_from < MIN_COMMIT_SAMPLES:
+            self.send(ev.error("input_audio_buffer_commit_empty",
+                               "buffer too small: at least 100 ms of audio must be appended before a commit"))
+            return False
+        if self.segment is None and self.dialect == "openai":
+            self._open(self.buffer.end)  # audio without speech: an item whose transcript is empty
+        if self.segment is not None:
+            self._close(self.buffer.end)
+        if self.turns is not None:
+            self.turns.in_speech, self.turns.silence_from = False, None
+        return True
+
+    def clear(self) -> None:
+        self._cancel_preview()
+        self.segment = None
+        self.buffer.consume(self.buffer.end)
+        self.uncommitted_from = self.buffer.end
+        if self.turns is not None:
+            self.turns.in_speech, self.turns.silence_from = False, None
+        self.send(ev.Cleared())
+
+    def _close(self, end: int) -> None:
+        seg = self.segment
+        assert seg is not None
+        self._cancel_preview()
+        self.segment = None
+        audio = self.buffer.view(seg.start, end).copy()
+        self.buffer.consume(end)
+        self.uncommitted_from = max(self.uncommitted_from, end)
+        if self.dialect == "openai":
+            self.send(ev.Committed(item_id=seg.item_id, previous_item_id=self.last_item_id))
+            self.last_item_id = seg.item_id
+        if seg.speech_at is None or seg.speech_at >= end:
+            audio = audio[:0]  # no speech: it finalises to empty text without the model
+        prefix = seg.agreement.text() if self.dialect == "openai" else ""
+        self._finals.append(FinalJob(seg, audio, prefix, time.monotonic()))
+        self._final_samples += len(audio)
+        self._finals_idle.clear()
+        if self._final_task is None or self._final_task.done():
+            self._final_task = asyncio.ensure_future(self._run_finals())
+
+    # --- finals -----------------------------------------------------------------------------------------
+
+    async def _run_finals(self) -> None:
+        while self._finals:
+            job = self._finals[0]
+            try:
+                text = await self._transcribe_final(job) if len(job.audio) else ""
+            except (asyncio.CancelledError, JobCancelledError):
+                return
+            except Exception as exc:  # the segment is dropped, never committed as empty
+                log.warning("final_failed", error=type(exc).__name__)
+                self._failed(job, exc)
+            else:
+                self._final(job, text)
+            finally:
+                if self._finals and self._finals[0] is job:
+                    self._finals.popleft()
+                    self._final_samples -= len(job.audio)
+        self._finals_idle.set()
+
+    async def _transcribe_final(self, job: FinalJob) -> str:
+        runtime = self.engines[self.settings.model]
+        s = self.settings
+        opts = transcribe_options(self.transcription, language=s.language, prompt=s.prompt)
+
+        def final(check) -> str:
+            text = runtime.engine.transcribe(job.audio, opts, check).text
+            if job.prefix and not text.startswith(job.prefix):
+                # Deltas already sent never change: decode again, continuing the text they hold.
+                text = runtime.engine.decode_window(job.audio, opts, job.prefix, check)
+            return text
+
+        return await runtime.submit(final, Priority.FINAL)
+
+    def _final(self, job: FinalJob, text: str) -> None:
+        seg = job.segment
+        if self.dialect == "voxt":
+            self.final_texts.append(text)
+            self.send(ev.TranscriptionSegment(segment_id=seg.index, text=text, is_final=True))
+        else:
+            sent = seg.agreement.text()
+            rest = text[len(sent):] if text.startswith(sent) else ""
+            if sent and rest.strip() or (not sent and text):
+                self.send(ev.TranscriptDelta(item_id=seg.item_id, content_index=0, delta=rest if sent else text))
+            self.send(ev.TranscriptCompleted(
+                item_id=seg.item_id, content_index=0, transcript=text,
+                usage=ev.Usage(seconds=round((len(job.audio) or 0) / SAMPLE_RATE, 3)),
+            ))
+        self.latencies.append(time.monotonic() - job.closed_at)
+        log.info("segment_final", dialect=self.dialect, segment=seg.index, chars=len(text),
+                 latency_s=round(self.latencies[-1], 3))
+
+    def _failed(self, job: FinalJob, exc: Exception) -> None:
+        busy = isinstance(exc, QueueFullError)
+        message = "the server is too busy to transcribe this segment" if busy else "transcription failed"
+        detail = ev.ErrorDetail(type="server_error", code="transcription_failed", message=message)
+        if self.dialect == "voxt":
+            self.send(ev.Error(error=detail))
+        else:
+            self.send(ev.TranscriptFailed(item_id=job.segment.item_id, content_index=0, error=detail))
+
+    async def drain(self) -> str:
+        """Waits for every final; returns the session's text (Voxt's transcription.completed)."""
+        await self._finals_idle.wait()
+        return join_segments(self.final_texts)
+
+    # --- previews ---------------------------------------------------------------------------------------
+
+    def _maybe_preview(self) -> None:
+        seg = self.segment
+        if seg is None or seg.speech_at is None or (self._preview is not None and not self._preview.done()):
+            return
+        end = self.buffer.end
+        if seg.previewed_to is None:
+            due = end - seg.speech_at >= self.config.first_preview_s * SAMPLE_RATE
+        else:
+            due = end - seg.previewed_to >= self.config.preview_interval_s * SAMPLE_RATE
+        if due:
+            seg.previewed_to = end
+            audio = self.buffer.view(seg.start, end).copy()
+            self._preview = asyncio.ensure_future(self._run_preview(seg, audio))
+
+    async def _run_preview(self, seg: Segment, audio: np.ndarray) -> None:
+        runtime = self.engines[self.settings.model]
+        s = self.settings
+        opts = transcribe_options(self.transcription, language=s.language, prompt=s.prompt,
+                                  window=self.config.preview_window, temperature=0.0)
+        opts = replace(opts, temperature_increment=0.0)  # a preview is never worth a retry
+        prefix = seg.agreement.text()
+        try:
+            text = await runtime.submit(lambda check: runtime.engine.decode_window(audio, opts, prefix, check),
+                                        Priority.PREVIEW)
+        except (QueueFullError, JobCancelledError):
+            return  # the machine is behind: this preview is skipped, the next one will be fresher
+        except Exception:
+            log.warning("preview_failed")
+            return
+        if self.segment is not seg:
+            return  # stale: its segment has closed
+        # A hypothesis of the first moments of speech is too unsure to build on (tiny models lowercase a
+        # sentence start, drop its punctuation): it is shown but takes no part in the agreement.
+        stable = seg.speech_at is not None and seg.start + len(audio) - seg.speech_at >= self.config.stable_after_s * SAMPLE_RATE
+        delta = seg.agreement.update(text) if stable else ""
+        if self.dialect == "voxt":
+            if text and text != seg.last_text:  # a preview is sent only when its text changed
+                seg.last_text = text
+                self.send(ev.TranscriptionSegment(segment_id=seg.index, text=text, is_final=False))
+        else:
+            if delta:
+                self.send(ev.TranscriptDelta(item_id=seg.item_id, content_index=0, delta=delta))
+
+    def _cancel_preview(self) -> None:
+        if self._preview is not None and not self._preview.done():
+            self._preview.cancel()
+        self._preview = None
+
+    # --- end --------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The socket is gone: queued and running jobs are cancelled now."""
+        self._cancel_preview()
+        if self._final_task is not None and not self._final_task.done():
+            self._final_task.cancel()
+        self._finals.clear()
+        self._final_samples = 0
+
+
+def _ms(sample: int) -> int:
+    return sample * 1000 // SAMPLE_RATE

@@ -1,0 +1,224 @@
+"""A realtime session's settings: what each dialect's session update may say (wire.md 3a, 3b), validated into
+one typed value, and the effective configuration each dialect echoes back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from omnid.session.buffer import SAMPLE_RATE
+
+OPENAI_RATE = 24000
+MODEL_ALIAS = "whisper-1"  # what OpenAI clients ask for; served by the default model
+
+
+class SettingsError(ValueError):
+    """A session update the server cannot take. ``code`` is invalid_event (malformed) or unsupported_session
+    (well formed, but not something this engine can honour); ``param`` names the field."""
+
+    def __init__(self, code: str, param: str, message: str):
+        super().__init__(message)
+        self.code, self.param, self.message = code, param, message
+
+
+@dataclass(frozen=True)
+class ServerVad:
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_duration_ms: int = 500
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str
+    rate: int
+    language: str | None = None
+    prompt: str | None = None
+    turns: ServerVad | None = None  # None: manual commits
+
+    @property
+    def manual(self) -> bool:
+        return self.turns is None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the daemon can honour, for validating updates: model ids with their languages, and rate bounds."""
+
+    default_model: str
+    languages: dict[str, tuple[str, ...]]
+    min_rate: int
+    max_rate: int
+
+    def initial(self, dialect: Literal["voxt", "openai"]) -> Settings:
+        if dialect == "voxt":
+            return Settings(self.default_model, SAMPLE_RATE)  # Voxt: 16 kHz, manual turns unless asked
+        return Settings(self.default_model, OPENAI_RATE, turns=ServerVad())
+
+
+def _obj(value: Any, param: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SettingsError("invalid_event", param, f"{param} must be an object")
+    return value
+
+
+def _str(value: Any, param: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise SettingsError("invalid_event", param, f"{param} must be a string")
+    return value.strip() or None
+
+
+def _number(value: Any, param: str, lo: float, hi: float, integer: bool = False) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
+        raise SettingsError("invalid_event", param, f"{param} must be {'an integer' if integer else 'a number'}")
+    if not lo <= value <= hi:
+        raise SettingsError("unsupported_session", param, f"{param} must be between {lo:g} and {hi:g}")
+    return int(value) if integer else float(value)
+
+
+def turn_detection(value: Any, current: ServerVad | None, param: str = "session.turn_detection") -> ServerVad | None:
+    if value is None:
+        return None
+    spec = _obj(value, param)
+    kind = spec.get("type", "server_vad")
+    if kind != "server_vad":
+        raise SettingsError("unsupported_session", f"{param}.type", f"turn detection {kind!r} is not supported; use server_vad or null")
+    base = current or ServerVad()
+    out = base
+    if "threshold" in spec:
+        out = replace(out, threshold=_number(spec["threshold"], f"{param}.threshold", 0.0, 1.0))
+    if "prefix_padding_ms" in spec:
+        out = replace(out, prefix_padding_ms=_number(spec["prefix_padding_ms"], f"{param}.prefix_padding_ms", 0, 10000, True))
+    if "silence_duration_ms" in spec:
+        out = replace(out, silence_duration_ms=_number(spec["silence_duration_ms"], f"{param}.silence_duration_ms", 0, 10000, True))
+    return out
+
+
+def _transcription(settings: Settings, spec: Any, caps: Capabilities, param: str) -> Settings:
+    t = _obj(spec, param)
+    model = settings.model
+    if "model" in t:
+        asked = _str(t["model"], f"{param}.model") or caps.default_model
+        model = caps.default_model if asked == MODEL_ALIAS else asked
+        if model not in caps.languages:
+            raise SettingsError("unsupported_session", f"{param}.model",
+                                f"model {asked!r} is not served here (models: {', '.join(caps.languages)})")
+    out = replace(settings, model=model)
+    if "language" in t:
+        out = replace(out, language=_str(t["language"], f"{param}.language"))
+    if "prompt" in t:
+        out = replace(out, prompt=_str(t["prompt"], f"{param}.prompt"))
+    return _check_language(out, caps, f"{param}.language")
+
+
+def _check_language(settings: Settings, caps: Capabilities, param: str) -> Settings:
+    if settings.language is not None:
+        code = settings.language.lower()
+        if code not in caps.languages[settings.model]:
+            raise SettingsError("unsupported_session", param,
+                                f"model {settings.model} cannot transcribe language {settings.language!r}")
+        settings = replace(settings, language=code)
+    return settings
+
+
+def _pcm16(value: Any, param: str) -> None:
+    if value is not None and value != "pcm16":
+        raise SettingsError("unsupported_session", param, f"audio format {value!r} is not supported; use pcm16")
+
+
+def voxt_update(settings: Settings, session: Any, caps: Capabilities) -> Settings:
+    """Voxt's flat session: turn_detection, language, prompt, input_audio_format (16 kHz PCM16 only)."""
+    s = _obj(session, "session")
+    _pcm16(s.get("input_audio_format"), "session.input_audio_format")
+    out = settings
+    if "turn_detection" in s:
+        out = replace(out, turns=turn_detection(s["turn_detection"], settings.turns))
+    if "language" in s:
+        out = replace(out, language=_str(s["language"], "session.language"))
+    if "prompt" in s:
+        out = replace(out, prompt=_str(s["prompt"], "session.prompt"))
+    if "model" in s:
+        out = _transcription(out, {"model": s["model"]}, caps, "session")
+    return _check_language(out, caps, "session.language")
+
+
+def openai_update(settings: Settings, session: Any, caps: Capabilities, audio_started: bool) -> Settings:
+    """GA shape (session.type / session.audio.input...) or beta shape (input_audio_format,
+    input_audio_transcription, turn_detection)."""
+    s = _obj(session, "session")
+    if "type" in s and s["type"] != "transcription":
+        raise SettingsError("unsupported_session", "session.type", f"session type {s['type']!r} is not supported; use transcription")
+    out = settings
+    if "audio" in s:
+        audio_in = _obj(_obj(s["audio"], "session.audio").get("input", {}), "session.audio.input")
+        if "format" in audio_in:
+            out = replace(out, rate=_format(audio_in["format"], caps))
+        if "transcription" in audio_in:
+            out = _transcription(out, audio_in["transcription"] or {}, caps, "session.audio.input.transcription")
+        if "turn_detection" in audio_in:
+            out = replace(out, turns=turn_detection(audio_in["turn_detection"], settings.turns,
+                                                    "session.audio.input.turn_detection"))
+    else:
+        if "input_audio_format" in s:
+            _pcm16(s["input_audio_format"], "session.input_audio_format")
+            out = replace(out, rate=OPENAI_RATE)
+        if "input_audio_transcription" in s:
+            out = _transcription(out, s["input_audio_transcription"] or {}, caps, "session.input_audio_transcription")
+        if "turn_detection" in s:
+            out = replace(out, turns=turn_detection(s["turn_detection"], settings.turns))
+    if audio_started and out.rate != settings.rate:
+        raise SettingsError("unsupported_session", "session.audio.input.format.rate",
+                            "the sample rate cannot change once audio has been sent")
+    return out
+
+
+def _format(value: Any, caps: Capabilities) -> int:
+    param = "session.audio.input.format"
+    fmt = _obj(value, param)
+    kind = fmt.get("type", "audio/pcm")
+    if kind != "audio/pcm":
+        raise SettingsError("unsupported_session", f"{param}.type", f"audio format {kind!r} is not supported; use audio/pcm")
+    return _number(fmt.get("rate", OPENAI_RATE), f"{param}.rate", caps.min_rate, caps.max_rate, integer=True)
+
+
+# --- what the server echoes ------------------------------------------------------------------------------------
+
+
+def _turns(t: ServerVad | None) -> dict[str, Any] | None:
+    if t is None:
+        return None
+    return {"type": "server_vad", "threshold": t.threshold, "prefix_padding_ms": t.prefix_padding_ms,
+            "silence_duration_ms": t.silence_duration_ms}
+
+
+def voxt_view(s: Settings) -> dict[str, Any]:
+    return {"model": s.model, "input_audio_format": "pcm16", "language": s.language, "prompt": s.prompt,
+            "turn_detection": _turns(s.turns)}
+
+
+def openai_view(s: Settings, session_id: str) -> dict[str, Any]:
+    """The GA shape (session.created, session.updated)."""
+    return {
+        "type": "transcription",
+        "id": session_id,
+        "object": "realtime.transcription_session",
+        "audio": {"input": {
+            "format": {"type": "audio/pcm", "rate": s.rate},
+            "transcription": {"model": s.model, "language": s.language, "prompt": s.prompt},
+            "turn_detection": _turns(s.turns),
+            "noise_reduction": None,
+        }},
+        "include": [],
+    }
+
+
+def openai_beta_view(s: Settings, session_id: str) -> dict[str, Any]:
+    return {
+        "id": session_id,
+        "object": "realtime.transcription_session",
+        "input_audio_format": "pcm16",
+        "input_audio_transcription": {"model": s.model, "language": s.language, "prompt": s.prompt},
+        "turn_detection": _turns(s.turns),
+    }
