@@ -135,3 +135,22 @@ async def test_job_errors_reach_the_caller_and_load_errors_reach_wait_loaded():
     bad.start()
     with pytest.raises(RuntimeError, match="weights missing"):
         await bad.wait_loaded()
+
+
+async def test_realtime_finals_have_a_reserve_past_the_queue_cap():
+    runtime = EngineRuntime("blocker", Blocker, max_queue=1, final_reserve=1)
+    runtime.start()
+    engine = await runtime.wait_loaded()
+    first = asyncio.create_task(runtime.submit(lambda c: engine.release.wait(5)))
+    await _wait_for(lambda: runtime.request_states == {"running": 1}, 2)
+    preview = asyncio.create_task(runtime.submit(lambda c: "preview", Priority.PREVIEW))
+    await _wait_for(lambda: runtime.request_states.get("queued") == 1, 2)
+    with pytest.raises(QueueFullError):
+        await runtime.submit(lambda c: None, Priority.FILE)  # file jobs and previews stop at max_queue
+    final = asyncio.create_task(runtime.submit(lambda c: "final", Priority.FINAL))
+    await _wait_for(lambda: runtime.request_states.get("queued") == 2, 2)
+    with pytest.raises(QueueFullError):
+        await runtime.submit(lambda c: None, Priority.FINAL)  # and finals at max_queue + final_reserve
+    engine.release.set()
+    assert await asyncio.gather(first, final, preview) == [True, "final", "preview"]
+    runtime.close()

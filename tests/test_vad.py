@@ -79,8 +79,10 @@ def test_streams_are_independent_and_batching_changes_nothing(vad):
         got_a.extend(pa)
         got_b.extend(pb)
     n_a, n_b = len(a) // 512, len(b) // 512
-    np.testing.assert_allclose(got_a[:n_a], alone_a[:n_a], atol=1e-6)
-    np.testing.assert_allclose(got_b[:n_b], alone_b[:n_b], atol=1e-6)
+    # A batch of two takes other BLAS kernels than a batch of one: float32 rounding moves a probability by ~1e-6
+    # at most, while a stream seeing its neighbour's state would move it by tenths.
+    np.testing.assert_allclose(got_a[:n_a], alone_a[:n_a], atol=1e-5)
+    np.testing.assert_allclose(got_b[:n_b], alone_b[:n_b], atol=1e-5)
 
 
 def test_stream_state_is_fixed_in_size_and_resets(vad):

@@ -207,6 +207,11 @@ class Session:
         if seg is None or self.buffer.end - seg.start < limit:
             return
         end = seg.start + limit
+        if seg.speech_at is None:
+            # Nothing said yet: drop the oldest silence and keep the segment open, rather than finalise empties.
+            seg.start = self.buffer.end - limit // 2
+            self.uncommitted_from = max(self.uncommitted_from, seg.start)
+            return
         lo = -(-max(seg.start, end - SAMPLE_RATE) // WINDOW) * WINDOW
         probs = np.array([p for k, p in self.recent if lo <= k * WINDOW and (k + 1) * WINDOW <= end], np.float32)
         cut = lo + quietest_cut(self.buffer.view(lo, end), 1.0, probs if len(probs) else None)

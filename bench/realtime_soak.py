@@ -1,0 +1,223 @@
+"""Soak test of /v1/realtime (not part of the unit suite): is a realtime session's memory flat over hours?
+
+Starts `omnid serve --supervised` as a child process, then
+  1. one session fed --hours of audio (English corpus clips with silence between them, sent faster than real
+     time: each clip and the silence after it as fast as the socket takes them, the next clip once the previous
+     one's transcript is back), and
+  2. --sessions sessions fed --minutes each, all at once,
+in the OpenAI dialect with server VAD (turns end by themselves). Prints the daemon's RSS at the start, after every
+10 minutes of audio and at the end, and p50/p95 of final latency: from the moment the clip's last sample was sent
+to its `completed` event (the client sends the following silence at once, so this is VAD's 500 ms of silence
+detection plus transcription, without waiting those 500 ms in real time).
+
+    .venv/bin/python bench/realtime_soak.py                  # 2 h + 16 x 10 min
+    .venv/bin/python bench/realtime_soak.py --hours 0.2 --sessions 4 --minutes 2   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import soxr
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
+RATE = 24000
+CHUNK = RATE // 10  # 100 ms appends
+REPORT_EVERY_S = 600.0
+
+
+def rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    out = subprocess.run(["ps", "-o", "rss=", "-p", str(pid)], capture_output=True, text=True).stdout
+    return int(out.strip() or 0) / 1024
+
+
+def load_clips(limit: int) -> list[np.ndarray]:
+    from omnid.audio import decode_audio
+
+    manifest = [json.loads(line) for line in (CORPUS / "manifest.jsonl").read_text().splitlines()]
+    english = [m for m in manifest if m["language"] == "en" and 1.0 <= m["duration_s"] <= 20.0]
+    random.Random(0).shuffle(english)
+    return [soxr.resample(decode_audio(CORPUS / m["path"]), 16000, RATE).astype(np.float32) for m in english[:limit]]
+
+
+def b64(x: np.ndarray) -> str:
+    return base64.b64encode(np.clip(np.round(x * 32768), -32768, 32767).astype("<i2").tobytes()).decode()
+
+
+class Daemon:
+    def __init__(self, extra: list[str]):
+        cmd = [sys.executable, "-m", "omnid", "serve", "--supervised", "--port", "0", *extra]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, cwd=ROOT)
+        ready = json.loads(self.proc.stdout.readline())
+        if ready.get("event") != "ready":
+            raise SystemExit(f"daemon failed: {ready}")
+        self.port, self.pid = ready["port"], ready["server_pid"]
+
+    def stop(self) -> None:
+        try:
+            self.proc.stdin.write(json.dumps({"command": "shutdown"}) + "\n")
+            self.proc.stdin.flush()
+            self.proc.wait(30)
+        except Exception:
+            self.proc.kill()
+
+
+class Feeder:
+    """One session: clip, silence, wait for the clip's transcript, repeat until ``seconds`` of audio are sent."""
+
+    def __init__(self, url: str, clips: list[np.ndarray], seconds: float, seed: int, gaps: tuple[float, float],
+                 on_progress=None):
+        self.url, self.clips, self.seconds = url, clips, seconds
+        self.rng = random.Random(seed)
+        self.gaps = gaps
+        self.sent_s = 0.0
+        self.latencies: list[float] = []
+        self.speech_s = 0.0
+        self.errors: list[dict] = []
+        self.on_progress = on_progress
+
+    async def run(self, http: aiohttp.ClientSession) -> None:
+        async with http.ws_connect(self.url, max_msg_size=0) as ws:
+            completed: asyncio.Queue[float] = asyncio.Queue()
+            reader = asyncio.ensure_future(self._read(ws, completed))
+            try:
+                while self.sent_s < self.seconds:
+                    clip = self.clips[self.rng.randrange(len(self.clips))]
+                    gap = np.zeros(int(self.rng.uniform(*self.gaps) * RATE), np.float32)
+                    await self._send(ws, clip)
+                    last_sample_at = time.monotonic()
+                    self.speech_s += len(clip) / RATE
+                    await self._send(ws, gap)
+                    done_at = await asyncio.wait_for(completed.get(), 300)
+                    self.latencies.append(done_at - last_sample_at)
+            finally:
+                reader.cancel()
+
+    async def _send(self, ws, audio: np.ndarray) -> None:
+        for i in range(0, len(audio), CHUNK):
+            await ws.send_str(json.dumps({"type": "input_audio_buffer.append", "audio": b64(audio[i : i + CHUNK])}))
+            before = self.sent_s
+            self.sent_s += min(CHUNK, len(audio) - i) / RATE
+            if self.on_progress and int(before // REPORT_EVERY_S) != int(self.sent_s // REPORT_EVERY_S):
+                self.on_progress(self.sent_s)
+
+    async def _read(self, ws, completed: asyncio.Queue) -> None:
+        async for msg in ws:
+            event = json.loads(msg.data)
+            kind = event["type"]
+            if kind.endswith("input_audio_transcription.completed") or kind.endswith("transcription.failed"):
+                completed.put_nowait(time.monotonic())
+            if kind == "error" or kind.endswith("failed"):
+                self.errors.append(event)
+
+
+def percentiles(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    q = np.percentile(values, [50, 95])
+    return f"p50 {q[0]:.2f} s, p95 {q[1]:.2f} s over {len(values)} finals"
+
+
+async def phase_one(daemon: Daemon, clips, hours: float, gaps) -> dict:
+    url = f"ws://127.0.0.1:{daemon.port}/v1/realtime?protocol=openai"
+    marks: list[tuple[float, float]] = []
+    started = time.monotonic()
+
+    def progress(sent: float) -> None:
+        marks.append((sent, rss_mb(daemon.pid)))
+        print(f"  {sent / 60:6.1f} min of audio  RSS {marks[-1][1]:7.1f} MB  wall {time.monotonic() - started:7.1f} s",
+              flush=True)
+
+    feeder = Feeder(url, clips, hours * 3600, 1, gaps, progress)
+    async with aiohttp.ClientSession() as http:
+        await feeder.run(http)
+    return {"marks": marks, "feeder": feeder, "wall": time.monotonic() - started}
+
+
+async def phase_two(daemon: Daemon, clips, sessions: int, minutes: float, gaps) -> dict:
+    url = f"ws://127.0.0.1:{daemon.port}/v1/realtime?protocol=openai"
+    feeders = [Feeder(url, clips, minutes * 60, 100 + i, gaps) for i in range(sessions)]
+    marks: list[tuple[float, float]] = []
+    started = time.monotonic()
+
+    async def watch():
+        next_mark = REPORT_EVERY_S
+        while True:
+            total = sum(f.sent_s for f in feeders)
+            if total >= next_mark:
+                marks.append((total, rss_mb(daemon.pid)))
+                print(f"  {total / 60:6.1f} min of audio (all sessions)  RSS {marks[-1][1]:7.1f} MB  "
+                      f"wall {time.monotonic() - started:7.1f} s", flush=True)
+                next_mark += REPORT_EVERY_S
+            await asyncio.sleep(0.5)
+
+    watcher = asyncio.ensure_future(watch())
+    async with aiohttp.ClientSession() as http:
+        await asyncio.gather(*(f.run(http) for f in feeders))
+    watcher.cancel()
+    return {"marks": marks, "feeders": feeders, "wall": time.monotonic() - started}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hours", type=float, default=2.0, help="audio fed to the single long session")
+    ap.add_argument("--sessions", type=int, default=16)
+    ap.add_argument("--minutes", type=float, default=10.0, help="audio fed to each concurrent session")
+    ap.add_argument("--gap", type=float, nargs=2, default=(5.0, 40.0), metavar=("MIN", "MAX"),
+                    help="seconds of silence after each clip (uniform)")
+    ap.add_argument("--clips", type=int, default=120, help="corpus clips to draw from")
+    ap.add_argument("serve_args", nargs="*", help="extra arguments for omnid serve (after --)")
+    args = ap.parse_args()
+
+    clips = load_clips(args.clips)
+    daemon = Daemon(args.serve_args)
+    try:
+        base = rss_mb(daemon.pid)
+        print(f"daemon pid {daemon.pid}, RSS after load {base:.1f} MB; {len(clips)} clips, gaps {args.gap} s")
+        print(f"phase 1: one session, {args.hours:g} h of audio")
+        one = phase_one(daemon, clips, args.hours, tuple(args.gap))
+        one = asyncio.run(one)
+        f = one["feeder"]
+        print(f"phase 1 done: {f.sent_s / 3600:.2f} h of audio ({f.speech_s / 60:.1f} min speech) in "
+              f"{one['wall'] / 60:.1f} min wall; errors {len(f.errors)}; final latency {percentiles(f.latencies)}")
+        report_growth("phase 1", base, one["marks"], rss_mb(daemon.pid))
+        print(f"phase 2: {args.sessions} sessions x {args.minutes:g} min of audio")
+        two = asyncio.run(phase_two(daemon, clips, args.sessions, args.minutes, tuple(args.gap)))
+        lat = [x for fd in two["feeders"] for x in fd.latencies]
+        errors = sum(len(fd.errors) for fd in two["feeders"])
+        total = sum(fd.sent_s for fd in two["feeders"])
+        print(f"phase 2 done: {total / 3600:.2f} h of audio in {two['wall'] / 60:.1f} min wall; errors {errors}; "
+              f"final latency {percentiles(lat)}")
+        report_growth("phase 2", base, two["marks"], rss_mb(daemon.pid))
+    finally:
+        daemon.stop()
+
+
+def report_growth(label: str, base: float, marks: list[tuple[float, float]], end: float) -> None:
+    warm = marks[0][1] if marks else base
+    print(f"{label} RSS: after load {base:.1f} MB, after the first 10 min of audio (warm-up) {warm:.1f} MB, "
+          f"end {end:.1f} MB, peak {max([end, *(m[1] for m in marks)]):.1f} MB; "
+          f"growth after warm-up {end - warm:+.1f} MB")
+
+
+if __name__ == "__main__":
+    main()
