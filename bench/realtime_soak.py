@@ -45,7 +45,7 @@ def rss_mb(pid: int) -> float:
         for line in status.read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
-    out = subprocess.run(["ps", "-o", "rss=", "-p", str(pid)], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-o", "rss=", "-p", str(pid)], capture_output=True, text=True, check=False).stdout
     return int(out.strip() or 0) / 1024
 
 
@@ -77,7 +77,7 @@ class Daemon:
             self.proc.stdin.write(json.dumps({"command": "shutdown"}) + "\n")
             self.proc.stdin.flush()
             self.proc.wait(30)
-        except Exception:
+        except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
 
 
@@ -124,7 +124,7 @@ class Feeder:
         async for msg in ws:
             event = json.loads(msg.data)
             kind = event["type"]
-            if kind.endswith("input_audio_transcription.completed") or kind.endswith("transcription.failed"):
+            if kind.endswith(("input_audio_transcription.completed", "transcription.failed")):
                 completed.put_nowait(time.monotonic())
             if kind == "error" or kind.endswith("failed"):
                 self.errors.append(event)

@@ -11,7 +11,6 @@ import time
 
 import aiohttp
 import numpy as np
-import pytest
 import soxr
 import websockets
 

@@ -83,7 +83,7 @@ def b64_bytes(raw: bytes) -> str:
 
 
 async def test_recoverable_errors_leave_the_session_working(fake):
-    upd = lambda session: json.dumps({"type": "session.update", "session": session})  # noqa: E731
+    upd = lambda session: json.dumps({"type": "session.update", "session": session})
     async with aiohttp.ClientSession() as http, await connect(http, fake, "voxt") as ws:
         await expect_error(ws, "invalid_json", "{not json")
         await expect_error(ws, "invalid_json", b"\x00\x01")
@@ -299,3 +299,21 @@ async def test_closing_the_socket_cancels_the_sessions_jobs(fake):
             assert health["request_states"] == {} and health["realtime_sessions"] == 0
     finally:
         engine.delay = 0.0
+
+
+async def test_voxt_with_server_vad_ends_turns_by_itself(fake):
+    a = speech()[:16000]  # 1 s: with prefix and silence a turn stays under this server's 2 s segment cap
+    audio = np.concatenate([silence(0.5), a, silence(1.5), a, silence(1.5)])
+    async with aiohttp.ClientSession() as http, await connect(http, fake, "voxt") as ws:
+        await send(ws, {"type": "session.update", "session": {"turn_detection": {"type": "server_vad",
+                                                                                 "silence_duration_ms": 500}}})
+        updated = await next_event(ws)
+        assert updated["session"]["turn_detection"]["silence_duration_ms"] == 500
+        await send_audio(ws, audio, 1600)
+        events = await collect(ws, lambda e: e.get("is_final") and e["segment_id"] == 1, 20)
+    finals = [e for e in events if e.get("is_final")]
+    assert [f["segment_id"] for f in finals] == [0, 1]  # two turns, each final without a commit
+    assert not [e for e in events if e["type"].startswith("input_audio_buffer.")]  # OpenAI's events only
+    # Each turn holds its utterance: from 300 ms before speech to the 500 ms of silence that ended it.
+    sizes = [int(f["text"].split()[0]) for f in finals]
+    assert all(len(a) <= n <= len(a) + 16000 * 1.0 for n in sizes), sizes

@@ -63,7 +63,7 @@ class Outbox:
                 self.task.cancel()
             try:
                 await asyncio.wait_for(self.task, 10)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError):
                 self.task.cancel()
 
 

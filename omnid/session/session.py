@@ -292,7 +292,7 @@ class Session:
                 text = await self._transcribe_final(job) if len(job.audio) else ""
             except (asyncio.CancelledError, JobCancelledError):
                 return
-            except Exception as exc:  # the segment is dropped, never committed as empty
+            except Exception as exc:  # noqa: BLE001  (any engine failure drops the segment, never commits it empty)
                 log.warning("final_failed", error=type(exc).__name__)
                 self._failed(job, exc)
             else:
@@ -377,7 +377,7 @@ class Session:
                                         Priority.PREVIEW)
         except (QueueFullError, JobCancelledError):
             return  # the machine is behind: this preview is skipped, the next one will be fresher
-        except Exception:
+        except Exception:  # noqa: BLE001  (a failed preview costs only that preview)
             log.warning("preview_failed")
             return
         if self.segment is not seg:
