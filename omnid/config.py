@@ -75,6 +75,17 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
     max_rate: int = 48000
 
 
+class SecurityConfig(msgspec.Struct, forbid_unknown_fields=True):
+    # Empty: no key. Otherwise every route but /health needs "Authorization: Bearer KEY" (or ?api_key=KEY).
+    api_key: str = ""
+    # Browser origins allowed to open a WebSocket or call a route; none by default.
+    allowed_origins: list[str] = msgspec.field(default_factory=list)
+    # Host header names accepted besides loopback ones (a rebinding attack names an attacker's domain).
+    allowed_hosts: list[str] = msgspec.field(default_factory=list)
+    # Transcript text and audio in logs (debugging only).
+    log_content: bool = False
+
+
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
     id: str
     kind: Literal["whisper"] = "whisper"
@@ -88,6 +99,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True):
     vad: VadConfig = msgspec.field(default_factory=VadConfig)
     transcription: TranscriptionConfig = msgspec.field(default_factory=TranscriptionConfig)
     realtime: RealtimeConfig = msgspec.field(default_factory=RealtimeConfig)
+    security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
     models: list[ModelConfig] = msgspec.field(default_factory=list)
 
     def model(self, model_id: str) -> ModelConfig:
@@ -123,7 +135,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 ENV_PREFIX = "OMNID_"
-SECTIONS = ("server", "engine", "vad", "transcription", "realtime")
+SECTIONS = ("server", "engine", "vad", "transcription", "realtime", "security")
 
 
 def env_overrides(environ: dict[str, str]) -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
@@ -138,14 +150,21 @@ def env_overrides(environ: dict[str, str]) -> tuple[dict[str, Any], dict[tuple[s
         for sec in SECTIONS:
             key = rest[len(sec) + 1 :]
             if rest.startswith(sec + "_") and key in fields[sec]:
+                if key in _list_fields(sec):  # a list from the environment: comma-separated
+                    value = [v.strip() for v in value.split(",") if v.strip()]
                 out.setdefault(sec, {})[key] = value
                 names[(sec, key)] = var
     return out, names
 
 
+def _list_fields(section: str) -> set[str]:
+    return {f.name for f in msgspec.structs.fields(_section_type(section)) if isinstance(f.default_factory, type)
+            and issubclass(f.default_factory, list)}
+
+
 def _section_type(section: str) -> type:
     return {"server": ServerConfig, "engine": EngineConfig, "vad": VadConfig, "transcription": TranscriptionConfig,
-            "realtime": RealtimeConfig}[section]
+            "realtime": RealtimeConfig, "security": SecurityConfig}[section]
 
 
 def load_config(

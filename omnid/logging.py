@@ -29,3 +29,17 @@ def configure_logging(level: str | None = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+
+
+_log_content = False
+
+
+def set_log_content(enabled: bool) -> None:
+    """security.log_content: transcript text may appear in logs only when this is switched on."""
+    global _log_content
+    _log_content = enabled
+
+
+def content(text: str | None) -> dict[str, str]:
+    """Fields to add to a log event about a transcript: its text only when content logging is on."""
+    return {"text": text} if _log_content and text is not None else {}

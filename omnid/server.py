@@ -19,6 +19,7 @@ from aiohttp import web
 
 from omnid.api.app import create_app
 from omnid.config import Config
+from omnid.logging import set_log_content
 from omnid.services import Services
 
 log = structlog.get_logger(__name__)
@@ -29,6 +30,7 @@ class Server:
 
     def __init__(self, config: Config, services: Services | None = None):
         self.config = config
+        set_log_content(config.security.log_content)
         self.services = services or Services.create(config)
         # handler_cancellation: a client that disconnects cancels its handler, and so its engine job.
         self.runner = web.AppRunner(

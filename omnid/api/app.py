@@ -8,7 +8,7 @@ import msgspec
 import structlog
 from aiohttp import web
 
-from omnid.api import realtime, transcriptions, vad
+from omnid.api import realtime, security, transcriptions, vad
 from omnid.api.errors import error_middleware
 from omnid.services import Services
 
@@ -81,7 +81,8 @@ async def request_log(request: web.Request, handler):
 
 def create_app(services: Services) -> web.Application:
     max_body = int(services.config.server.max_upload_mb * 1024 * 1024)
-    app = web.Application(middlewares=[request_log, error_middleware], client_max_size=max_body)
+    guard = security.middleware(services.config.security, services.config.server.host)
+    app = web.Application(middlewares=[request_log, error_middleware, guard], client_max_size=max_body)
     app[SERVICES] = services
     app[STARTED] = time.monotonic()
     app[realtime.REGISTRY] = realtime.Registry()

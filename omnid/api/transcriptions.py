@@ -16,8 +16,14 @@ from omnid.api.forms import Form, flag, integer, number, read_form
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.engine.languages import language_code
 from omnid.engine.runtime import EngineRuntime, Priority
-from omnid.engine.transcriber import Segment, TranscribeOptions, Transcript, WhisperEngine
+from omnid.engine.transcriber import (
+    Segment,
+    TranscribeOptions,
+    Transcript,
+    WhisperEngine,
+)
 from omnid.formats import CONTENT_TYPES, FORMATS, render
+from omnid.logging import content
 from omnid.models import transcribe_options
 
 log = structlog.get_logger(__name__)
@@ -137,12 +143,13 @@ async def handle(request: web.Request, services) -> web.StreamResponse:
     except AudioDecodeError as exc:
         raise invalid("file", f"file: {exc}", "invalid_audio") from exc
     started = time.perf_counter()
+    transcript = None
     try:
         if req.stream:
             return await _stream(request, req, audio, config.server.sse_heartbeat_s)
         transcript = await _submit(req, audio, None)
     finally:
-        _log(req, audio, started)
+        _log(req, audio, started, transcript.text if transcript is not None else None)
     body = render(transcript, req.response_format, words=req.options.word_timestamps)
     return web.Response(text=body, content_type=CONTENT_TYPES[req.response_format].split(";")[0], charset="utf-8")
 
@@ -212,7 +219,7 @@ async def _stream(request: web.Request, req: Request, audio, heartbeat_s: float)
             job.cancel()
 
 
-def _log(req: Request, audio, started: float) -> None:
+def _log(req: Request, audio, started: float, text: str | None) -> None:
     seconds = time.perf_counter() - started
     audio_s = len(audio) / SAMPLE_RATE
     log.info(
@@ -223,4 +230,5 @@ def _log(req: Request, audio, started: float) -> None:
         audio_s=round(audio_s, 3),
         duration_s=round(seconds, 3),
         rtf=round(seconds / audio_s, 4) if audio_s else None,
+        **content(text),
     )

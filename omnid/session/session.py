@@ -26,6 +26,7 @@ from omnid.config import RealtimeConfig, TranscriptionConfig
 from omnid.engine.errors import JobCancelledError, QueueFullError
 from omnid.engine.runtime import EngineRuntime, Priority
 from omnid.engine.transcriber import WhisperEngine
+from omnid.logging import content
 from omnid.models import transcribe_options
 from omnid.session import server_events as ev
 from omnid.session.buffer import SAMPLE_RATE, AudioBuffer, BufferOverflow
@@ -333,7 +334,7 @@ class Session:
             ))
         self.latencies.append(time.monotonic() - job.closed_at)
         log.info("segment_final", dialect=self.dialect, segment=seg.index, chars=len(text),
-                 latency_s=round(self.latencies[-1], 3))
+                 latency_s=round(self.latencies[-1], 3), **content(text))
 
     def _failed(self, job: FinalJob, exc: Exception) -> None:
         busy = isinstance(exc, QueueFullError)
