@@ -11,6 +11,7 @@ import structlog
 from omnid.config import Config
 from omnid.engine.runtime import EngineRuntime
 from omnid.engine.transcriber import WhisperEngine
+from omnid.metrics import Metrics
 from omnid.models import whisper_runtime
 from omnid.vad.batcher import VadBatcher
 from omnid.vad.silero import SileroVAD
@@ -26,6 +27,7 @@ class Services:
     vad_batcher: VadBatcher | None = None
     ready: bool = False
     failure: str | None = None
+    metrics: Metrics = field(default_factory=Metrics)
 
     @classmethod
     def create(cls, config: Config) -> "Services":
@@ -37,11 +39,17 @@ class Services:
         services.vad_batcher = VadBatcher(services.vad)
         return services
 
+    def observe(self) -> None:
+        """Every engine reports its jobs to the metrics (queue wait, audio, realtime factor)."""
+        for runtime in self.runtimes():
+            runtime.observer = self.metrics.observe_job
+
     def runtimes(self) -> list[EngineRuntime]:
         return [*self.transcribers.values(), *([self.vad] if self.vad else [])]
 
     async def start(self) -> None:
         """Loads every engine on its own thread; raises the first load failure."""
+        self.observe()
         for runtime in self.runtimes():
             runtime.start()
         try:

@@ -7,9 +7,12 @@ import time
 import msgspec
 import structlog
 from aiohttp import web
+from prometheus_client.core import GaugeMetricFamily
 
 from omnid.api import realtime, security, transcriptions, vad
 from omnid.api.errors import error_middleware
+from omnid.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from omnid.metrics import gauge
 from omnid.services import Services
 
 log = structlog.get_logger(__name__)
@@ -62,6 +65,30 @@ async def realtime_socket(request: web.Request) -> web.StreamResponse:
     return await realtime.handle(request, request.app[SERVICES])
 
 
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[SERVICES].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+def _scraped_gauges(app: web.Application) -> list:
+    services = app[SERVICES]
+    queue = GaugeMetricFamily("omnid_engine_queue_depth", "Jobs per engine, queued or running",
+                              labels=["model", "state"])
+    for runtime in services.runtimes():
+        states = runtime.request_states
+        for state in ("queued", "running"):
+            queue.add_metric([runtime.name, state], states.get(state, 0))
+    sessions = gauge("omnid_realtime_sessions", "Open realtime sessions", len(app[realtime.REGISTRY].open))
+    return [queue, sessions]
+
+
+def _route(request: web.Request) -> str:
+    """The route's pattern, never the raw path: metrics labels must not grow with what clients send."""
+    info = request.match_info
+    resource = info.route.resource if info is not None and info.route is not None else None
+    return resource.canonical if resource is not None else "unmatched"
+
+
 @web.middleware
 async def request_log(request: web.Request, handler):
     """One line per request: route, status and duration; never bodies."""
@@ -75,6 +102,7 @@ async def request_log(request: web.Request, handler):
         status = exc.status
         raise
     finally:
+        request.app[SERVICES].metrics.observe_request(_route(request), request.method, status)
         log.info("request", method=request.method, path=request.path, status=status,
                  duration_s=round(time.perf_counter() - started, 4))
 
@@ -90,5 +118,7 @@ def create_app(services: Services) -> web.Application:
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/audio/transcriptions", transcribe)
     app.router.add_get("/v1/realtime", realtime_socket)
+    app.router.add_get("/metrics", metrics)
+    services.metrics.add_gauges(lambda: _scraped_gauges(app))
     vad.add_routes(app, SERVICES)
     return app

@@ -157,7 +157,8 @@ async def handle(request: web.Request, services) -> web.StreamResponse:
 async def _submit(req: Request, audio, on_segment) -> Transcript:
     engine = req.runtime.engine
     return await req.runtime.submit(
-        lambda check: engine.transcribe(audio, req.options, check, on_segment=on_segment), Priority.FILE
+        lambda check: engine.transcribe(audio, req.options, check, on_segment=on_segment), Priority.FILE,
+        audio_s=len(audio) / SAMPLE_RATE,
     )
 
 

@@ -46,7 +46,8 @@ async def speech_timestamps_route(request: web.Request, services) -> web.Respons
         audio = await loop.run_in_executor(None, decode_audio, form.file, config.transcription.max_audio_seconds)
     except AudioDecodeError as exc:
         raise invalid("file", f"file: {exc}", "invalid_audio") from exc
-    probs = await services.vad.submit(lambda check: probabilities(services.vad.engine, audio, check), Priority.FILE)
+    probs = await services.vad.submit(lambda check: probabilities(services.vad.engine, audio, check), Priority.FILE,
+                                      audio_s=len(audio) / 16000)
     spans = speech_timestamps(probs, len(audio), params)
     return web.json_response({"sample_rate": SAMPLE_RATE, "timestamps": spans})
 

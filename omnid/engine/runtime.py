@@ -44,6 +44,7 @@ class _Job:
     loop: asyncio.AbstractEventLoop = field(compare=False)
     cancelled: threading.Event = field(compare=False, default_factory=threading.Event)
     enqueued: float = field(compare=False, default_factory=time.monotonic)
+    audio_s: float | None = field(compare=False, default=None)  # for the realtime factor, when known
 
     def check(self) -> None:
         if self.cancelled.is_set():
@@ -78,6 +79,9 @@ class EngineRuntime(Generic[E]):
         self._loaded = threading.Event()
         self._load_error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name=f"engine-{name}", daemon=True)
+        # Told of every job that ran to completion: (engine name, queue wait s, run s, audio s or None).
+        # Called on the worker thread.
+        self.observer: Callable[[str, float, float, float | None], None] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
@@ -119,11 +123,12 @@ class EngineRuntime(Generic[E]):
             states = {"queued": self._queued, "running": self._running}
         return {k: v for k, v in states.items() if v}
 
-    async def submit(self, fn: Callable[[Check], T], priority: Priority = Priority.FILE) -> T:
+    async def submit(self, fn: Callable[[Check], T], priority: Priority = Priority.FILE,
+                     audio_s: float | None = None) -> T:
         """Runs ``fn(check)`` on the worker thread. Raises QueueFullError at once when the queue is full;
-        cancelling the awaiting task cancels the job."""
+        cancelling the awaiting task cancels the job. ``audio_s``: the audio the job covers, for metrics."""
         loop = asyncio.get_running_loop()
-        job = _Job(int(priority), next(self._seq), fn, loop.create_future(), loop)
+        job = _Job(int(priority), next(self._seq), fn, loop.create_future(), loop, audio_s=audio_s)
         with self._cv:
             if self._closing:
                 raise JobCancelledError("runtime is closing")
@@ -190,7 +195,10 @@ class EngineRuntime(Generic[E]):
             return None
         started = time.monotonic()
         try:
-            return job.fn(job.check), None
+            result = job.fn(job.check)
+            if self.observer is not None:
+                self.observer(self.name, started - job.enqueued, time.monotonic() - started, job.audio_s)
+            return result, None
         except JobCancelledError as exc:
             log.info("job_cancelled", engine=self.name, ran_s=round(time.monotonic() - started, 3))
             return None, exc

@@ -316,7 +316,7 @@ class Session:
                 text = runtime.engine.decode_window(job.audio, opts, job.prefix, check)
             return text
 
-        return await runtime.submit(final, Priority.FINAL)
+        return await runtime.submit(final, Priority.FINAL, audio_s=len(job.audio) / SAMPLE_RATE)
 
     def _final(self, job: FinalJob, text: str) -> None:
         seg = job.segment
@@ -375,7 +375,7 @@ class Session:
         prefix = seg.agreement.text()
         try:
             text = await runtime.submit(lambda check: runtime.engine.decode_window(audio, opts, prefix, check),
-                                        Priority.PREVIEW)
+                                        Priority.PREVIEW, audio_s=len(audio) / SAMPLE_RATE)
         except (QueueFullError, JobCancelledError):
             return  # the machine is behind: this preview is skipped, the next one will be fresher
         except Exception:  # noqa: BLE001  (a failed preview costs only that preview)

@@ -11,7 +11,7 @@ import asyncio
 import numpy as np
 
 from omnid.engine.runtime import EngineRuntime, Priority
-from omnid.vad.silero import SileroVAD
+from omnid.vad.silero import SAMPLE_RATE, SileroVAD
 from omnid.vad.stream import VadStream, feed_many
 
 
@@ -35,7 +35,10 @@ class VadBatcher:
                 batch, self._pending = self._take_batch()
                 feeds = [(s, x) for s, x, _ in batch]
                 try:
-                    results = await self.runtime.submit(lambda check: feed_many(self.runtime.engine, feeds), Priority.FINAL)
+                    results = await self.runtime.submit(
+                        lambda check: feed_many(self.runtime.engine, feeds), Priority.FINAL,
+                        audio_s=sum(len(x) for _, x in feeds) / SAMPLE_RATE,
+                    )
                 except Exception as exc:  # every waiter of the batch hears of it
                     for _, _, f in batch:
                         if not f.done():
