@@ -1,4 +1,4 @@
-"""The ``omnid`` command: transcribe files, evaluate on a corpus, and report the installation."""
+"""The ``omnid`` command: transcribe files, evaluate on a corpus, serve, listen, and report the installation."""
 
 from __future__ import annotations
 
@@ -27,6 +27,13 @@ def _temperature(value: str) -> float:
     if not math.isfinite(t) or t < 0:
         raise argparse.ArgumentTypeError("must be a finite number >= 0")
     return t
+
+
+def _positive(value: str) -> float:
+    v = float(value)
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError("must be a finite number > 0")
+    return v
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--supervised", action="store_true",
                    help="run under a parent (Voxt): one JSON 'ready'/'failed' line on stdout, commands on stdin")
 
+    li = sub.add_parser("listen", help="stream the microphone (or a file) to a running daemon and print the words")
+    li.add_argument("--config", type=Path)
+    li.add_argument("--url", help="the daemon (default: http://<server.host>:<server.port> from the config)")
+    li.add_argument("--protocol", choices=["voxt", "openai"], default="voxt", help="realtime dialect (default voxt)")
+    li.add_argument("--file", type=Path, help="stream this audio file at real-time speed instead of the microphone")
+    li.add_argument("--speed", type=_positive, default=1.0, help="with --file: times real-time speed (default 1)")
+    li.add_argument("--api-key", help="the daemon's API key (default: security.api_key from the config)")
+
     d = sub.add_parser("doctor", help="versions, device, BLAS, models and their pins")
     d.add_argument("--config", type=Path)
     return parser
@@ -86,6 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"omnid: {exc}", file=sys.stderr)
         return 2
+    if args.command == "listen":
+        from omnid.listen import run as listen
+
+        url = args.url or f"http://{config.server.host}:{config.server.port}"
+        return listen(url, args.protocol, args.file, args.speed, args.api_key or config.security.api_key or None)
     if args.command == "doctor":
         from omnid.doctor import doctor
 
