@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "doctor":
         from omnid.doctor import doctor
 
-        return doctor(config)
+        return doctor(config, args.config)
     if args.command == "serve":
         from omnid.server import run
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from pathlib import Path
 import sys
 from importlib import metadata
 
@@ -20,17 +21,22 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def doctor(config: Config) -> int:
+def doctor(config: Config, config_file: Path | None = None) -> int:
     import mlx.core as mx
+
+    from omnid.listen import portaudio_status
 
     status = blas.status()
     print(f"omnid        {_version('omnid')}")
     print(f"python       {sys.version.split()[0]} ({platform.platform()})")
-    for dist in ("mlx", "numpy", "aiohttp", "msgspec", "av", "soxr", "tokenizers"):
+    for dist in ("mlx", "numpy", "aiohttp", "msgspec", "av", "soxr", "tokenizers", "sounddevice", "prometheus-client"):
         print(f"{dist:<12} {_version(dist)}")
     print(f"mlx device   {mx.default_device()}")
     print(f"blas         {status.name}" + (f" ({status.path})" if status.path else "") + f": {status.reason}")
-    print(f"config       {config_dir()}")
+    print(f"config       {config_dir() / 'omnid.toml'}" + (f" + {config_file}" if config_file else ""))
+    audio = portaudio_status()
+    print("portaudio    " + ("usable" if audio is None else
+                             f"not usable ({audio}); `omnid listen` needs it for the microphone, --file works without"))
     pins = load_pins()
     ok = True
     for model in config.models:

@@ -64,3 +64,11 @@ def test_doctor_reports_blas_and_pins():
     out = omnid("doctor")
     assert out.returncode == 0, out.stdout
     assert "blas" in out.stdout and "pin        model.bin: ok" in out.stdout
+    assert "config       " in out.stdout and "omnid.toml" in out.stdout
+    try:
+        import sounddevice  # noqa: F401
+
+        usable = True
+    except OSError:
+        usable = False
+    assert ("portaudio    usable" if usable else "portaudio    not usable") in out.stdout
