@@ -113,6 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         from omnid.server import run
 
+        if config.server.log_file:
+            try:
+                configure_logging(None if os.environ.get("OMNID_LOG_LEVEL") else "info", config.server.log_file)
+            except OSError as exc:
+                print(f"omnid: server.log_file: {exc}", file=sys.stderr)
+                return 2
+
         return run(config, supervised=args.supervised)
     from omnid.commands import eval_command, transcribe_command
 

@@ -19,6 +19,10 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True):
     port: int = 8000
     max_upload_mb: float = 25.0
     sse_heartbeat_s: float = 5.0
+    # On SIGTERM: open sessions get their finals and running file jobs finish within this; then all is cancelled.
+    shutdown_grace_s: float = 10.0
+    # Empty: logs go to stderr. A path: logs are appended there, and SIGHUP reopens it (log rotation).
+    log_file: str = ""
 
 
 class VadConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -222,6 +226,8 @@ def _check_values(config: Config) -> None:
         raise ConfigError("server.port must be between 0 and 65535")
     if not 0 < config.server.sse_heartbeat_s <= 300:
         raise ConfigError("server.sse_heartbeat_s must be in (0, 300]")
+    if not 0 <= config.server.shutdown_grace_s <= 600:
+        raise ConfigError("server.shutdown_grace_s must be between 0 and 600")
     if config.server.max_upload_mb <= 0:
         raise ConfigError("server.max_upload_mb must be positive")
     if config.vad.max_queue < 1:

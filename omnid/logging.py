@@ -9,12 +9,45 @@ import sys
 import structlog
 
 
-def configure_logging(level: str | None = None) -> None:
+class LogFile:
+    """An append-mode log file that SIGHUP can reopen after a rotation moved it away."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115  (lives as long as the daemon)
+
+    def write(self, text: str) -> int:
+        return self._file.write(text)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def reopen(self) -> None:
+        old, self._file = self._file, open(self.path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        old.close()
+
+
+_log_file: LogFile | None = None
+
+
+def reopen_log_file() -> None:
+    if _log_file is not None:
+        _log_file.reopen()
+        structlog.get_logger(__name__).info("log_file_reopened")
+
+
+def configure_logging(level: str | None = None, log_file: str | None = None) -> None:
+    global _log_file
     level_name = (level or os.environ.get("OMNID_LOG_LEVEL", "warning")).upper()
     numeric = getattr(logging, level_name, logging.WARNING)
+    _log_file = LogFile(log_file) if log_file else None
+    out = _log_file or sys.stderr
     renderer = (
         structlog.dev.ConsoleRenderer(colors=False)
-        if sys.stderr.isatty()
+        if out.isatty()
         else structlog.processors.JSONRenderer()
     )
     structlog.configure(
@@ -26,7 +59,7 @@ def configure_logging(level: str | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
 

@@ -17,9 +17,10 @@ import time
 import structlog
 from aiohttp import web
 
+from omnid.api import realtime
 from omnid.api.app import create_app
 from omnid.config import Config
-from omnid.logging import set_log_content
+from omnid.logging import reopen_log_file, set_log_content
 from omnid.services import Services
 
 log = structlog.get_logger(__name__)
@@ -33,9 +34,8 @@ class Server:
         set_log_content(config.security.log_content)
         self.services = services or Services.create(config)
         # handler_cancellation: a client that disconnects cancels its handler, and so its engine job.
-        self.runner = web.AppRunner(
-            create_app(self.services), access_log=None, handle_signals=False, handler_cancellation=True
-        )
+        self.app = create_app(self.services)
+        self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False, handler_cancellation=True)
         self.port: int | None = None
 
     async def start(self) -> None:
@@ -46,6 +46,16 @@ class Server:
         self.port = sock.getsockname()[1]
         log.info("server_listening", host=self.config.server.host, port=self.port)
         await self.services.start()
+
+    async def drain(self) -> None:
+        """SIGTERM: no new work; open realtime sessions get their finals and a closing error; running jobs may
+        finish. Whatever is left after server.shutdown_grace_s is cancelled by stop()."""
+        grace = self.config.server.shutdown_grace_s
+        started = time.monotonic()
+        self.services.draining = True
+        await realtime.shut_down(self.app[realtime.REGISTRY], grace)
+        idle = await self.services.idle(max(0.0, grace - (time.monotonic() - started)))
+        log.info("server_drained", idle=idle, seconds=round(time.monotonic() - started, 3))
 
     async def stop(self) -> None:
         self.services.close()
@@ -82,8 +92,16 @@ async def serve(config: Config, supervised: bool = False) -> int:
     stop = asyncio.Event()
     reason: list[str] = []
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if sig == signal.SIGHUP and not supervised:
+            reopen_log_file()  # log rotation; a supervised daemon exits on SIGHUP (wire.md section 2)
+            return
+        reason.append(sig.name.lower())
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     server: Server | None = None
     try:
         server = Server(config)
@@ -108,7 +126,10 @@ async def serve(config: Config, supervised: bool = False) -> int:
     else:
         print(f"omnid listening on http://{config.server.host}:{server.port}", flush=True)
     await stop.wait()
-    log.info("server_stopping", reason=reason[0] if reason else "signal")
+    why = reason[0] if reason else "signal"
+    log.info("server_stopping", reason=why)
+    if why in ("sigterm", "sigint"):
+        await server.drain()  # the parent's shutdown command, its death or SIGHUP cancel at once
     await server.stop()
     if supervised:
         watcher.cancel()

@@ -26,6 +26,7 @@ class Services:
     vad: EngineRuntime[SileroVAD] | None = None
     vad_batcher: VadBatcher | None = None
     ready: bool = False
+    draining: bool = False  # shutting down: no new work
     failure: str | None = None
     metrics: Metrics = field(default_factory=Metrics)
 
@@ -59,6 +60,15 @@ class Services:
             raise
         self.ready = True
         log.info("engines_ready", models=[r.name for r in self.runtimes()])
+
+    async def idle(self, timeout: float) -> bool:
+        """Waits until no engine has work (or ``timeout`` passes); True when idle."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.request_states():
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
 
     def close(self) -> None:
         for runtime in self.runtimes():

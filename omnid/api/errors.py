@@ -36,7 +36,9 @@ class ApiError(Exception):
 
 
 def require_ready(services) -> None:
-    """Refuses work while the engines are still loading."""
+    """Refuses work while the engines are still loading, or once the daemon is shutting down."""
+    if services.draining:
+        raise ApiError(503, "the server is shutting down", code="shutting_down", type="server_error")
     if not services.ready:
         raise ApiError(503, "models are still loading", code="loading", type="server_error", headers={"Retry-After": "1"})
 

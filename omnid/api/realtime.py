@@ -85,6 +85,7 @@ class Connection:
             max_rate=self.config.max_rate,
         )
         self.finished = False
+        self.shutting_down = False
         if dialect is not None:
             self._start(dialect)
 
@@ -164,6 +165,16 @@ class Connection:
         else:
             self.out.send(ev.SessionUpdated(session=st.openai_view(new, self.session_id)))
 
+    async def shut_down(self) -> None:
+        """The daemon is stopping: the open segment is committed, its final sent, then the closing error."""
+        self.shutting_down = True  # frames still arriving are ignored
+        if self.session is not None:
+            await self.session.commit()
+            await self.session.drain()
+        self.error("server_shutting_down", "the server is shutting down")
+        await self.out.close()
+        await self.ws.close()
+
     async def close(self) -> None:
         if self.session is not None:
             self.session.close()
@@ -202,14 +213,25 @@ async def handle(request: web.Request, services: Services) -> web.StreamResponse
         await _serve(ws, conn)
     finally:
         registry.open.discard(conn)
-        await conn.close()
-        await ws.close()
+        if not conn.shutting_down:
+            await conn.close()
+            await ws.close()
         log.info("realtime_session_ended", session=conn.session_id)
     return ws
 
 
+async def shut_down(registry: Registry, grace_s: float) -> None:
+    """Ends every open session gracefully, within ``grace_s``."""
+    sessions = list(registry.open)
+    if sessions:
+        done, _ = await asyncio.wait([asyncio.ensure_future(c.shut_down()) for c in sessions], timeout=grace_s)
+        log.info("realtime_sessions_shut_down", sessions=len(sessions), in_time=len(done))
+
+
 async def _serve(ws: web.WebSocketResponse, conn: Connection) -> None:
     async for msg in ws:
+        if conn.shutting_down:
+            continue  # shut_down owns the session now; read on until it closes the socket
         try:
             if msg.type == WSMsgType.TEXT:
                 await conn.frame(msg.data)
