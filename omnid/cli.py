@@ -80,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument("--speed", type=_positive, default=1.0, help="with --file: times real-time speed (default 1)")
     li.add_argument("--api-key", help="the daemon's API key (default: security.api_key from the config)")
 
+    sv = sub.add_parser("service", help="run the daemon as a login service (launchd on macOS, systemd --user on Linux)")
+    sv.add_argument("action", choices=["install", "uninstall", "status", "print"])
+    sv.add_argument("--config", type=Path, help="the config the service runs with (default ~/.config/omnid/omnid.toml if present)")
+
     d = sub.add_parser("doctor", help="versions, device, BLAS, models and their pins")
     d.add_argument("--config", type=Path)
     return parser
@@ -101,6 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"omnid: {exc}", file=sys.stderr)
         return 2
+    if args.command == "service":
+        from omnid.service import command as service
+
+        return service(args.action, args.config)
     if args.command == "listen":
         from omnid.listen import run as listen
 
