@@ -252,7 +252,7 @@ async def test_audio_is_trimmed_and_segments_cut_at_the_cap(fake):
                 await ws.send_str(append(silence(1.0, 24000)))
             await send(ws, {"type": "transcription_session.update", "session": {}})
             await next_event(ws)
-            (conn,) = [c for c in fake.server.runner.app[REGISTRY].open if c.dialect == "openai"]
+            (conn,) = [c for c in fake.server.runner.app[REGISTRY] if c.dialect == "openai"]
             assert conn.session.buffer.backlog <= 16000 * 0.3 + 2 * 512 + 16000
             assert conn.session.buffer.start > 16000 * 18
         async with await connect(http, fake, "voxt") as ws:  # manual turns, 2 s segment cap, 9.7 s of speech
@@ -262,7 +262,7 @@ async def test_audio_is_trimmed_and_segments_cut_at_the_cap(fake):
                 await ws.send_str(append(audio[i : i + 1600]))
                 await send(ws, {"type": "session.update", "session": {}})  # a round trip: the append is done
                 events += await collect(ws, lambda e: e["type"] == "transcription_session.updated")
-                (conn,) = [c for c in fake.server.runner.app[REGISTRY].open if c.dialect == "voxt"]
+                (conn,) = [c for c in fake.server.runner.app[REGISTRY] if c.dialect == "voxt"]
                 peak = max(peak, conn.session.buffer.backlog)
             await send(ws, {"type": "transcription.done"})
             events += await collect(ws, lambda e: e["type"] == "transcription.completed", 30)

@@ -43,7 +43,7 @@ async def health(request: web.Request) -> web.Response:
         "running": True,
         "request_states": services.request_states(),
         "models": {r.name: r.request_states for r in services.runtimes()},
-        "realtime_sessions": len(request.app[realtime.REGISTRY].open),
+        "realtime_sessions": len(request.app[realtime.REGISTRY]),
         "uptime_s": round(time.monotonic() - request.app[STARTED], 3),
     }
     return json_response(body, 200 if services.ready else 503)
@@ -78,7 +78,7 @@ def _scraped_gauges(app: web.Application) -> list:
         states = runtime.request_states
         for state in ("queued", "running"):
             queue.add_metric([runtime.name, state], states.get(state, 0))
-    sessions = gauge("omnid_realtime_sessions", "Open realtime sessions", len(app[realtime.REGISTRY].open))
+    sessions = gauge("omnid_realtime_sessions", "Open realtime sessions", len(app[realtime.REGISTRY]))
     return [queue, sessions]
 
 
@@ -113,7 +113,7 @@ def create_app(services: Services) -> web.Application:
     app = web.Application(middlewares=[request_log, error_middleware, guard], client_max_size=max_body)
     app[SERVICES] = services
     app[STARTED] = time.monotonic()
-    app[realtime.REGISTRY] = realtime.Registry()
+    app[realtime.REGISTRY] = set()
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/audio/transcriptions", transcribe)

@@ -181,14 +181,8 @@ class Connection:
         await self.out.close()
 
 
-class Registry:
-    """Open sessions, capped by realtime.max_sessions."""
-
-    def __init__(self) -> None:
-        self.open: set[Connection] = set()
-
-
-REGISTRY = web.AppKey("realtime_sessions", Registry)
+# The open sessions (capped by realtime.max_sessions).
+REGISTRY = web.AppKey("realtime_sessions", set)
 
 
 async def handle(request: web.Request, services: Services) -> web.StreamResponse:
@@ -201,18 +195,18 @@ async def handle(request: web.Request, services: Services) -> web.StreamResponse
     ws = web.WebSocketResponse(max_msg_size=2 * config.max_frame_bytes + 65536, autoping=True, heartbeat=30)
     await ws.prepare(request)
     registry = request.app[REGISTRY]
-    if len(registry.open) >= config.max_sessions:
+    if len(registry) >= config.max_sessions:
         conn = Connection(ws, services, None)
         conn.error("too_many_sessions", f"the server already has {config.max_sessions} realtime sessions")
         await conn.close()
         await ws.close()
         return ws
     conn = Connection(ws, services, dialect)
-    registry.open.add(conn)
+    registry.add(conn)
     try:
         await _serve(ws, conn)
     finally:
-        registry.open.discard(conn)
+        registry.discard(conn)
         if not conn.shutting_down:
             await conn.close()
             await ws.close()
@@ -220,9 +214,9 @@ async def handle(request: web.Request, services: Services) -> web.StreamResponse
     return ws
 
 
-async def shut_down(registry: Registry, grace_s: float) -> None:
+async def shut_down(registry: set[Connection], grace_s: float) -> None:
     """Ends every open session gracefully, within ``grace_s``."""
-    sessions = list(registry.open)
+    sessions = list(registry)
     if sessions:
         done, _ = await asyncio.wait([asyncio.ensure_future(c.shut_down()) for c in sessions], timeout=grace_s)
         log.info("realtime_sessions_shut_down", sessions=len(sessions), in_time=len(done))
