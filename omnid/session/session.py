@@ -111,7 +111,6 @@ class Session:
         self._finals_idle = asyncio.Event()
         self._finals_idle.set()
         self._preview: asyncio.Task | None = None
-        self.latencies: collections.deque[float] = collections.deque(maxlen=1024)
 
     # --- settings ---------------------------------------------------------------------------------------
 
@@ -332,9 +331,8 @@ class Session:
                 item_id=seg.item_id, content_index=0, transcript=text,
                 usage=ev.Usage(seconds=round((len(job.audio) or 0) / SAMPLE_RATE, 3)),
             ))
-        self.latencies.append(time.monotonic() - job.closed_at)
         log.info("segment_final", dialect=self.dialect, segment=seg.index, chars=len(text),
-                 latency_s=round(self.latencies[-1], 3), **content(text))
+                 latency_s=round(time.monotonic() - job.closed_at, 3), **content(text))
 
     def _failed(self, job: FinalJob, exc: Exception) -> None:
         busy = isinstance(exc, QueueFullError)
