@@ -58,6 +58,10 @@ async def test_websocket_needs_the_key_and_an_allowed_origin(guarded):
     with pytest.raises(websockets.InvalidStatus) as missing:
         await websockets.connect(url)
     assert missing.value.response.status_code == 401
+    for wrong in ({"additional_headers": {"Authorization": "Bearer nope"}}, {}):
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(url + ("" if wrong else "&api_key=nope"), **wrong)
+        assert refused.value.response.status_code == 401
     async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
         await ws.send('{"type": "session.update", "session": {}}')
         assert "transcription_session.updated" in await ws.recv()
