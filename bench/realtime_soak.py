@@ -7,8 +7,8 @@ Starts `omnid serve --supervised` as a child process, then
   2. --sessions sessions fed --minutes each, all at once,
 in the OpenAI dialect with server VAD (turns end by themselves). Prints the daemon's RSS at the start, after every
 10 minutes of audio and at the end, and p50/p95 of final latency: from the moment the clip's last sample was sent
-to its `completed` event (the client sends the following silence at once, so this is VAD's 500 ms of silence
-detection plus transcription, without waiting those 500 ms in real time).
+to the last `completed` event of the turns it made (the client sends the following silence at once, so this is
+VAD's 500 ms of silence detection plus transcription, without waiting those 500 ms in real time).
 
     .venv/bin/python bench/realtime_soak.py                  # 2 h + 16 x 10 min
     .venv/bin/python bench/realtime_soak.py --hours 0.2 --sessions 4 --minutes 2   # a quick look
@@ -97,8 +97,10 @@ class Feeder:
 
     async def run(self, http: aiohttp.ClientSession) -> None:
         async with http.ws_connect(self.url, max_msg_size=0) as ws:
-            completed: asyncio.Queue[float] = asyncio.Queue()
-            reader = asyncio.ensure_future(self._read(ws, completed))
+            self.committed, self.completed = 0, 0
+            self.last_done = 0.0
+            self.changed = asyncio.Event()
+            reader = asyncio.ensure_future(self._read(ws))
             try:
                 while self.sent_s < self.seconds:
                     clip = self.clips[self.rng.randrange(len(self.clips))]
@@ -107,10 +109,20 @@ class Feeder:
                     last_sample_at = time.monotonic()
                     self.speech_s += len(clip) / RATE
                     await self._send(ws, gap)
-                    done_at = await asyncio.wait_for(completed.get(), 300)
-                    self.latencies.append(done_at - last_sample_at)
+                    # A barrier: the reply comes after every append before it was analysed, so every turn the
+                    # clip made (a pause inside it makes two) has been committed by then.
+                    self.updated = False
+                    await ws.send_str(json.dumps({"type": "transcription_session.update", "session": {}}))
+                    await asyncio.wait_for(self._settled(), 300)
+                    if self.last_done > last_sample_at:
+                        self.latencies.append(self.last_done - last_sample_at)
             finally:
                 reader.cancel()
+
+    async def _settled(self) -> None:
+        while not (self.updated and self.completed >= self.committed):
+            self.changed.clear()
+            await self.changed.wait()
 
     async def _send(self, ws, audio: np.ndarray) -> None:
         for i in range(0, len(audio), CHUNK):
@@ -120,14 +132,20 @@ class Feeder:
             if self.on_progress and int(before // REPORT_EVERY_S) != int(self.sent_s // REPORT_EVERY_S):
                 self.on_progress(self.sent_s)
 
-    async def _read(self, ws, completed: asyncio.Queue) -> None:
+    async def _read(self, ws) -> None:
         async for msg in ws:
             event = json.loads(msg.data)
             kind = event["type"]
-            if kind.endswith(("input_audio_transcription.completed", "transcription.failed")):
-                completed.put_nowait(time.monotonic())
+            if kind == "input_audio_buffer.committed":
+                self.committed += 1
+            elif kind.endswith(("input_audio_transcription.completed", "transcription.failed")):
+                self.completed += 1
+                self.last_done = time.monotonic()
+            elif kind == "transcription_session.updated":
+                self.updated = True
             if kind == "error" or kind.endswith("failed"):
                 self.errors.append(event)
+            self.changed.set()
 
 
 def percentiles(values: list[float]) -> str:
@@ -185,6 +203,7 @@ def main() -> None:
     ap.add_argument("--gap", type=float, nargs=2, default=(5.0, 40.0), metavar=("MIN", "MAX"),
                     help="seconds of silence after each clip (uniform)")
     ap.add_argument("--clips", type=int, default=120, help="corpus clips to draw from")
+    ap.add_argument("--phases", default="1,2", help="which phases to run (default 1,2)")
     ap.add_argument("serve_args", nargs="*", help="extra arguments for omnid serve (after --)")
     args = ap.parse_args()
 
@@ -193,19 +212,24 @@ def main() -> None:
     try:
         base = rss_mb(daemon.pid)
         print(f"daemon pid {daemon.pid}, RSS after load {base:.1f} MB; {len(clips)} clips, gaps {args.gap} s")
-        print(f"phase 1: one session, {args.hours:g} h of audio")
-        one = phase_one(daemon, clips, args.hours, tuple(args.gap))
-        one = asyncio.run(one)
-        f = one["feeder"]
-        print(f"phase 1 done: {f.sent_s / 3600:.2f} h of audio ({f.speech_s / 60:.1f} min speech) in "
-              f"{one['wall'] / 60:.1f} min wall; errors {len(f.errors)}; final latency {percentiles(f.latencies)}")
-        report_growth("phase 1", base, one["marks"], rss_mb(daemon.pid))
+        phases = set(args.phases.split(","))
+        if "1" in phases:
+            print(f"phase 1: one session, {args.hours:g} h of audio")
+            one = asyncio.run(phase_one(daemon, clips, args.hours, tuple(args.gap)))
+            f = one["feeder"]
+            print(f"phase 1 done: {f.sent_s / 3600:.2f} h of audio ({f.speech_s / 60:.1f} min speech) in "
+                  f"{one['wall'] / 60:.1f} min wall; errors {len(f.errors)}; final latency {percentiles(f.latencies)}")
+            report_growth("phase 1", base, one["marks"], rss_mb(daemon.pid))
+        if "2" not in phases:
+            return
         print(f"phase 2: {args.sessions} sessions x {args.minutes:g} min of audio")
         two = asyncio.run(phase_two(daemon, clips, args.sessions, args.minutes, tuple(args.gap)))
         lat = [x for fd in two["feeders"] for x in fd.latencies]
         errors = sum(len(fd.errors) for fd in two["feeders"])
         total = sum(fd.sent_s for fd in two["feeders"])
-        print(f"phase 2 done: {total / 3600:.2f} h of audio in {two['wall'] / 60:.1f} min wall; errors {errors}; "
+        speech = sum(fd.speech_s for fd in two["feeders"])
+        print(f"phase 2 done: {total / 3600:.2f} h of audio ({speech / 60:.1f} min speech) in "
+              f"{two['wall'] / 60:.1f} min wall; errors {errors}; "
               f"final latency {percentiles(lat)}")
         report_growth("phase 2", base, two["marks"], rss_mb(daemon.pid))
     finally:
