@@ -144,7 +144,7 @@ class Listener:
         elif kind.endswith("input_audio_transcription.delta"):
             self.items[e["item_id"]] = self.items.get(e["item_id"], "") + e["delta"]
             self.display.show_partial(self.items[e["item_id"]])
-        elif kind.endswith("input_audio_transcription.completed") or kind.endswith("transcription.failed"):
+        elif kind.endswith(("input_audio_transcription.completed", "transcription.failed")):
             self.completed.add(e["item_id"])
             self.items.pop(e["item_id"], None)
             self.display.show_final(e.get("transcript", ""))

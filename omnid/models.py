@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from omnid.config import Config, ModelConfig, TranscriptionConfig, load_pins, model_folder
+from omnid.config import (
+    Config,
+    ModelConfig,
+    TranscriptionConfig,
+    load_pins,
+    model_folder,
+)
 from omnid.engine.decoding import DecodeOptions
 from omnid.engine.runtime import EngineRuntime
 from omnid.engine.transcriber import TranscribeOptions, WhisperEngine

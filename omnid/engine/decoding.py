@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -117,7 +117,7 @@ class WindowDecoder:
 
     def decode_with_fallback(
         self, features: mx.array, prompt: list[int], opts: DecodeOptions, check: Callable[[], None],
-        prefix: list[int] = [],
+        prefix: Sequence[int] = (),
     ) -> DecodeResult:
         cross = self.model.decoder.cross_kv(features)
         results: list[DecodeResult] = []
@@ -144,7 +144,7 @@ class WindowDecoder:
 
     def decode(
         self, cross: list, prompt: list[int], opts: DecodeOptions, check: Callable[[], None],
-        prefix: list[int] = [],
+        prefix: Sequence[int] = (),
     ) -> DecodeResult:
         """``prefix``: tokens the text must begin with; they run through the decoder in the prompt's single
         forward pass (cheap next to sampling them one by one) and are part of the result's tokens."""

@@ -18,9 +18,21 @@ import structlog
 from omnid.engine import pins as pinning
 from omnid.engine.alignment import Word, word_timestamps
 from omnid.engine.checkpoint import load_checkpoint
-from omnid.engine.decoding import TIME_PRECISION, DecodeOptions, DecodeResult, LogitRules, WindowDecoder
+from omnid.engine.decoding import (
+    TIME_PRECISION,
+    DecodeOptions,
+    DecodeResult,
+    LogitRules,
+    WindowDecoder,
+)
 from omnid.engine.errors import CheckpointError
-from omnid.engine.mel import FRAMES_PER_SECOND, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram
+from omnid.engine.mel import (
+    FRAMES_PER_SECOND,
+    N_FRAMES,
+    N_SAMPLES,
+    SAMPLE_RATE,
+    log_mel_spectrogram,
+)
 from omnid.engine.tokenizer import WhisperTokenizer, tokenizer_files
 from omnid.engine.whisper import Whisper
 

@@ -36,7 +36,7 @@ class VadBatcher:
                 feeds = [(s, x) for s, x, _ in batch]
                 try:
                     results = await self.runtime.submit(
-                        lambda check: feed_many(self.runtime.engine, feeds), Priority.FINAL,
+                        lambda check, feeds=feeds: feed_many(self.runtime.engine, feeds), Priority.FINAL,
                         audio_s=sum(len(x) for _, x in feeds) / SAMPLE_RATE,
                     )
                 except Exception as exc:  # every waiter of the batch hears of it
