@@ -167,8 +167,7 @@ async def listen(url: str, protocol: str, source: AsyncIterator[np.ndarray], api
     display = Display(out, live=out.isatty())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    with contextlib.suppress(NotImplementedError):
-        loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)  # Ctrl-C ends capture; what was said is still flushed
     try:
         async with aiohttp.ClientSession() as http, http.ws_connect(
             f"{ws_url}/v1/realtime?protocol={protocol}", headers=headers, max_msg_size=0
@@ -191,8 +190,7 @@ async def listen(url: str, protocol: str, source: AsyncIterator[np.ndarray], api
     except aiohttp.ClientConnectionError as exc:
         raise ListenError(f"cannot reach omnid at {url} ({exc}); is `omnid serve` running?") from None
     finally:
-        with contextlib.suppress(NotImplementedError):
-            loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGINT)
     return 0
 
 
