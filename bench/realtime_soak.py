@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import os
 import random
@@ -33,6 +32,8 @@ import soxr
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from omnid.listen import pcm16  # the same PCM16 encoding as omnid's own client
+
 CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
 RATE = 24000
 CHUNK = RATE // 10  # 100 ms appends
@@ -56,10 +57,6 @@ def load_clips(limit: int) -> list[np.ndarray]:
     english = [m for m in manifest if m["language"] == "en" and 1.0 <= m["duration_s"] <= 20.0]
     random.Random(0).shuffle(english)
     return [soxr.resample(decode_audio(CORPUS / m["path"]), 16000, RATE).astype(np.float32) for m in english[:limit]]
-
-
-def b64(x: np.ndarray) -> str:
-    return base64.b64encode(np.clip(np.round(x * 32768), -32768, 32767).astype("<i2").tobytes()).decode()
 
 
 class Daemon:
@@ -126,7 +123,7 @@ class Feeder:
 
     async def _send(self, ws, audio: np.ndarray) -> None:
         for i in range(0, len(audio), CHUNK):
-            await ws.send_str(json.dumps({"type": "input_audio_buffer.append", "audio": b64(audio[i : i + CHUNK])}))
+            await ws.send_str(json.dumps({"type": "input_audio_buffer.append", "audio": pcm16(audio[i : i + CHUNK])}))
             before = self.sent_s
             self.sent_s += min(CHUNK, len(audio) - i) / RATE
             if self.on_progress and int(before // REPORT_EVERY_S) != int(self.sent_s // REPORT_EVERY_S):

@@ -133,8 +133,7 @@ class Listener:
             code = e["error"].get("code")
             if code != "input_audio_buffer_commit_empty":
                 print(f"omnid listen: server error {code}: {e['error'].get('message')}", file=sys.stderr)
-            if self.finishing and self.committed <= self.completed:
-                self.done.set()
+            self._maybe_done()
         elif kind == "transcription.segment":
             (self.display.show_final if e["is_final"] else self.display.show_partial)(e["text"])
         elif kind == "transcription.completed":
@@ -148,8 +147,12 @@ class Listener:
             self.completed.add(e["item_id"])
             self.items.pop(e["item_id"], None)
             self.display.show_final(e.get("transcript", ""))
-            if self.finishing and self.committed <= self.completed:
-                self.done.set()
+            self._maybe_done()
+
+    def _maybe_done(self) -> None:
+        """OpenAI dialect, after the last commit: done once every committed item has its transcript."""
+        if self.finishing and self.committed <= self.completed:
+            self.done.set()
 
     async def finish(self) -> None:
         """Commit what is left and wait for every final."""

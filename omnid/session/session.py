@@ -251,7 +251,7 @@ class Session:
         if self.segment is not None:
             self._close(self.buffer.end)
         if self.turns is not None:
-            self.turns.in_speech, self.turns.silence_from = False, None
+            self.turns.end_turn()
         return True
 
     def clear(self) -> None:
@@ -260,7 +260,7 @@ class Session:
         self.buffer.consume(self.buffer.end)
         self.uncommitted_from = self.buffer.end
         if self.turns is not None:
-            self.turns.in_speech, self.turns.silence_from = False, None
+            self.turns.end_turn()
         self.send(ev.Cleared())
 
     def _close(self, end: int) -> None:

@@ -122,6 +122,11 @@ class TurnDetector:
         self.silence_from: int | None = None
         self.window = 0
 
+    def end_turn(self) -> None:
+        """The turn was ended from outside (a commit or a clear): the next speech starts a new one."""
+        self.in_speech = False
+        self.silence_from = None
+
     def push(self, probs: np.ndarray) -> list[TurnEvent]:
         events = []
         for prob in probs:
