@@ -1,4 +1,9 @@
-"""Audio files in any container/codec ffmpeg reads, decoded with PyAV to 16 kHz mono float32 (soxr resampling)."""
+"""Audio files in any container/codec ffmpeg reads, decoded with PyAV to 16 kHz mono float32 (soxr resampling).
+
+Decoding is streamed: every decoded frame is down-mixed and resampled to 16 kHz at once, and decoding stops as
+soon as the output passes the length cap. So memory follows the audio actually accepted (64 kB a second), never
+what a file claims or how well it compresses (an hour of silence fits in a few hundred bytes of FLAC).
+"""
 
 from __future__ import annotations
 
@@ -11,15 +16,22 @@ import numpy as np
 import soxr
 
 SAMPLE_RATE = 16000
+# Sample rates a decoded stream may have; anything else is a damaged or hostile header.
+MIN_INPUT_RATE = 1000
+MAX_INPUT_RATE = 768000
 
 
 class AudioDecodeError(Exception):
     """The input is empty, truncated, corrupt or not audio. The message is safe to show to a client."""
 
 
+class AudioTooLong(AudioDecodeError):
+    """The decoded audio passed the length cap; decoding stopped there."""
+
+
 def decode_audio(source: str | Path | bytes | BinaryIO, max_seconds: float | None = None) -> np.ndarray:
     """Decodes, down-mixes and resamples to 16 kHz mono float32 in [-1, 1]. ``max_seconds`` stops decoding
-    early (raising) so a huge upload never becomes a huge array."""
+    as soon as the output is longer (raising AudioTooLong), so a huge upload never becomes a huge array."""
     if isinstance(source, bytes):
         if not source:
             raise AudioDecodeError("the file is empty")
@@ -30,48 +42,98 @@ def decode_audio(source: str | Path | bytes | BinaryIO, max_seconds: float | Non
         container = av.open(source if not isinstance(source, Path) else str(source), mode="r")
     except FileNotFoundError as exc:
         raise AudioDecodeError(f"no such file: {source}") from exc
-    except (av.error.FFmpegError, ValueError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001  (whatever a damaged header makes FFmpeg or PyAV raise)
         raise AudioDecodeError("the file is not a recognised audio format") from exc
-    with container:
-        if not container.streams.audio:
-            raise AudioDecodeError("the file has no audio stream")
-        stream = container.streams.audio[0]
-        rate = stream.codec_context.sample_rate or stream.rate
-        if not rate:
-            raise AudioDecodeError("the audio stream has no sample rate")
-        chunks = _decode_frames(container, stream, rate, max_seconds)
-    if not chunks:
-        raise AudioDecodeError("the file contains no decodable audio")
-    mono = np.concatenate(chunks)
-    if rate != SAMPLE_RATE:
-        mono = soxr.resample(mono, rate, SAMPLE_RATE, quality="HQ").astype(np.float32)
-    if not np.all(np.isfinite(mono)):
-        raise AudioDecodeError("the audio contains non-finite samples")
-    return np.clip(mono, -1.0, 1.0)
+    try:
+        with container:
+            return _decode(container, max_seconds)
+    except AudioDecodeError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (a header PyAV accepted but cannot describe, e.g. 0-bit samples)
+        raise AudioDecodeError("the audio stream is malformed") from exc
 
 
-def _decode_frames(container: av.container.InputContainer, stream: av.AudioStream, rate: int, max_seconds: float | None) -> list[np.ndarray]:
-    chunks: list[np.ndarray] = []
-    total = 0
-    limit = None if max_seconds is None else int(max_seconds * rate) + 1
+def _decode(container: av.container.InputContainer, max_seconds: float | None) -> np.ndarray:
+    if not container.streams.audio:
+        raise AudioDecodeError("the file has no audio stream")
+    stream = container.streams.audio[0]
+    codec = stream.codec_context
+    if codec is None:
+        raise AudioDecodeError("the audio stream's codec is not supported")
+    rate = codec.sample_rate or stream.rate
+    if not rate:
+        raise AudioDecodeError("the audio stream has no sample rate")
+    if not MIN_INPUT_RATE <= rate <= MAX_INPUT_RATE:
+        raise AudioDecodeError(f"the audio stream's sample rate ({rate} Hz) is outside {MIN_INPUT_RATE}-{MAX_INPUT_RATE} Hz")
+    out = _Output(rate, max_seconds)
     try:
         for frame in container.decode(stream):
-            chunk = _to_mono(frame)
-            chunks.append(chunk)
-            total += len(chunk)
-            if limit is not None and total > limit:
-                raise AudioDecodeError(f"the audio is longer than the {max_seconds:g} s limit")
+            out.add(_to_mono(frame))
     except av.error.FFmpegError as exc:
-        if not chunks:
+        if not out.chunks:
             raise AudioDecodeError("the audio data is corrupt or truncated") from exc
         # A damaged tail after good audio: keep what decoded, as ffmpeg does.
-    return chunks
+    return out.finish()
+
+
+class _Output:
+    """16 kHz output of a streaming resampler, with the length cap checked after every decoded frame.
+
+    Samples collect in fixed blocks of BLOCK_SAMPLES (each its own allocation, handed back to the OS when freed),
+    so the final copy into one array needs the audio's size plus one block, not twice the audio."""
+
+    BLOCK_SAMPLES = 1 << 18  # 16 s, 1 MiB
+
+    def __init__(self, rate: int, max_seconds: float | None):
+        self.resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ") if rate != SAMPLE_RATE else None
+        self.limit = None if max_seconds is None else int(max_seconds * SAMPLE_RATE)
+        self.max_seconds = max_seconds
+        self.blocks: list[np.ndarray] = []
+        self.total = 0
+
+    @property
+    def chunks(self) -> bool:
+        return self.total > 0
+
+    def add(self, samples: np.ndarray, last: bool = False) -> None:
+        if self.resampler is not None:
+            samples = self.resampler.resample_chunk(samples, last=last)
+        if not np.all(np.isfinite(samples)):
+            raise AudioDecodeError("the audio contains non-finite samples")
+        if self.limit is not None and self.total + len(samples) > self.limit:
+            raise AudioTooLong(f"the audio is longer than the {self.max_seconds:g} s limit")
+        samples = np.clip(samples, -1.0, 1.0)
+        while len(samples):
+            used = self.total % self.BLOCK_SAMPLES
+            if used == 0:
+                self.blocks.append(np.empty(self.BLOCK_SAMPLES, np.float32))
+            n = min(len(samples), self.BLOCK_SAMPLES - used)
+            self.blocks[-1][used : used + n] = samples[:n]
+            samples = samples[n:]
+            self.total += n
+
+    def finish(self) -> np.ndarray:
+        if self.resampler is not None and self.total:
+            self.add(np.zeros(0, np.float32), last=True)
+        if not self.total:
+            raise AudioDecodeError("the file contains no decodable audio")
+        audio = np.empty(self.total, np.float32)
+        pos = 0
+        while self.blocks:
+            block = self.blocks.pop(0)
+            n = min(len(block), self.total - pos)
+            audio[pos : pos + n] = block[:n]
+            pos += n
+            del block
+        return audio
 
 
 def _to_mono(frame: av.AudioFrame) -> np.ndarray:
     data = frame.to_ndarray()
     fmt = frame.format
     channels = len(frame.layout.channels)
+    if not channels:
+        raise AudioDecodeError("the audio stream has no channels")
     if not fmt.is_planar:
         data = data.reshape(-1, channels).T
     data = data.astype(np.float32)

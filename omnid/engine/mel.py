@@ -48,19 +48,34 @@ def _hann() -> mx.array:
     return mx.array(np.hanning(N_FFT + 1)[:-1].astype(np.float32))
 
 
+# Frames computed per step: bounds the STFT's temporaries (frames x n_fft floats) whatever the audio's length.
+BLOCK_FRAMES = 6000
+
+
 def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80) -> mx.array:
-    """16 kHz mono float32 samples -> (frames, n_mels) log-mel, one frame per 10 ms."""
-    x = mx.array(np.asarray(audio, dtype=np.float32))
-    x = mx.concatenate([x, mx.zeros((HOP_LENGTH,), mx.float32)])
+    """16 kHz mono float32 samples -> (frames, n_mels) log-mel, one frame per 10 ms.
+
+    Computed BLOCK_FRAMES at a time: each frame depends only on its own 400 samples, and the clipping below the
+    maximum is applied once all blocks are known, so the result equals a single pass over the whole signal."""
+    x = np.asarray(audio, dtype=np.float32)
+    x = np.concatenate([x, np.zeros(HOP_LENGTH, np.float32)])
     pad = N_FFT // 2
     if x.size <= pad:  # reflect padding needs more samples than it pads
-        x = mx.concatenate([x, mx.zeros((pad + 1 - x.size,), mx.float32)])
-    x = mx.concatenate([x[1 : pad + 1][::-1], x, x[-pad - 1 : -1][::-1]])
-    n_frames = 1 + (x.size - N_FFT) // HOP_LENGTH
-    frames = mx.as_strided(x, (n_frames, N_FFT), (HOP_LENGTH, 1))
-    spectrum = mx.fft.rfft(frames * _hann(), axis=-1)[:-1]
-    power = mx.abs(spectrum).square()
-    mel = power @ mel_filters(n_mels)
-    log_spec = mx.log10(mx.maximum(mel, 1e-10))
+        x = np.concatenate([x, np.zeros(pad + 1 - x.size, np.float32)])
+    x = np.concatenate([x[1 : pad + 1][::-1], x, x[-pad - 1 : -1][::-1]])
+    n_frames = (x.size - N_FFT) // HOP_LENGTH  # the last STFT frame is dropped
+    blocks = []
+    for first in range(0, n_frames, BLOCK_FRAMES):
+        count = min(BLOCK_FRAMES, n_frames - first)
+        # One extra frame per block, dropped after the FFT as the whole-signal pass drops its last frame.
+        span = mx.array(x[first * HOP_LENGTH : (first + count) * HOP_LENGTH + N_FFT])
+        frames = mx.as_strided(span, (count + 1, N_FFT), (HOP_LENGTH, 1))
+        spectrum = mx.fft.rfft(frames * _hann(), axis=-1)[:-1]
+        power = mx.abs(spectrum).square()
+        mel = power @ mel_filters(n_mels)
+        block = mx.log10(mx.maximum(mel, 1e-10))
+        mx.eval(block)
+        blocks.append(block)
+    log_spec = mx.concatenate(blocks) if len(blocks) > 1 else blocks[0]
     log_spec = mx.maximum(log_spec, log_spec.max() - 8.0)
     return (log_spec + 4.0) / 4.0
