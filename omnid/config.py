@@ -18,6 +18,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: int = 8000
     max_upload_mb: float = 25.0
+    # Parts of one multipart form (file and fields together); more is a 400 before any is used.
+    max_form_parts: int = 64
     sse_heartbeat_s: float = 5.0
     # On SIGTERM: open sessions get their finals and running file jobs finish within this; then all is cancelled.
     shutdown_grace_s: float = 10.0
@@ -49,6 +51,13 @@ class TranscriptionConfig(msgspec.Struct, forbid_unknown_fields=True):
     no_speech_threshold: float | None = 0.6
     max_initial_timestamp: float = 1.0
     max_audio_seconds: float = 14400.0
+    # Longest prompt (characters) a request or realtime session may give; Whisper reads only its last 223 tokens.
+    max_prompt_chars: int = 4096
+    # File transcriptions skip what Silero VAD hears no speech in: a file without speech is "" without the model,
+    # and silences longer than vad_filter_min_silence_s are cut out (keeping vad_filter_pad_s of each edge).
+    vad_filter: bool = True
+    vad_filter_min_silence_s: float = 2.0
+    vad_filter_pad_s: float = 0.4
 
 
 class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -74,6 +83,8 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
     vad_threshold: float = 0.5
     # Events waiting to be written to a slow client; beyond it the session ends.
     max_pending_events: int = 1024
+    # Bytes of those events; beyond it the session ends too.
+    max_pending_bytes: int = 1048576
     # Input sample rates a session may declare.
     min_rate: int = 8000
     max_rate: int = 48000
@@ -228,8 +239,10 @@ def _check_values(config: Config) -> None:
         raise ConfigError("server.sse_heartbeat_s must be in (0, 300]")
     if not 0 <= config.server.shutdown_grace_s <= 600:
         raise ConfigError("server.shutdown_grace_s must be between 0 and 600")
-    if config.server.max_upload_mb <= 0:
-        raise ConfigError("server.max_upload_mb must be positive")
+    if not 0 < config.server.max_upload_mb <= 4096:
+        raise ConfigError("server.max_upload_mb must be in (0, 4096]")
+    if not 2 <= config.server.max_form_parts <= 10000:
+        raise ConfigError("server.max_form_parts must be between 2 and 10000")
     if config.vad.max_queue < 1:
         raise ConfigError("vad.max_queue must be at least 1")
     if not 0 < config.vad.max_frame_seconds <= 600:
@@ -241,6 +254,11 @@ def _check_values(config: Config) -> None:
         raise ConfigError("transcription.content_padding_s must be between 0 and 30")
     if not 0 <= t.content_min_window_s <= 30:
         raise ConfigError("transcription.content_min_window_s must be between 0 and 30")
+    if not 1 <= t.max_prompt_chars <= 1_000_000:
+        raise ConfigError("transcription.max_prompt_chars must be between 1 and 1000000")
+    if not 0.1 <= t.vad_filter_min_silence_s <= 600 or not 0 <= t.vad_filter_pad_s <= t.vad_filter_min_silence_s / 2:
+        raise ConfigError("transcription.vad_filter_min_silence_s must be in [0.1, 600] and vad_filter_pad_s "
+                          "between 0 and half of it")
     _check_realtime(config.realtime)
     ids = [m.id for m in config.models]
     if len(set(ids)) != len(ids):
@@ -266,6 +284,8 @@ def _check_realtime(r: RealtimeConfig) -> None:
         raise ConfigError("realtime.vad_threshold must be in (0, 1)")
     if r.max_pending_events < 16:
         raise ConfigError("realtime.max_pending_events must be at least 16")
+    if r.max_pending_bytes < 65536:
+        raise ConfigError("realtime.max_pending_bytes must be at least 65536")
     if not 1000 <= r.min_rate <= r.max_rate <= 192000:
         raise ConfigError("realtime.min_rate and max_rate must satisfy 1000 <= min_rate <= max_rate <= 192000")
 

@@ -28,6 +28,7 @@ def transcribe_options(
     *,
     language: str | None = None,
     prompt: str | None = None,
+    prompt_tokens: tuple[int, ...] | None = None,
     temperature: float = 0.0,
     max_new_tokens: int | None = None,
     window: str | None = None,
@@ -36,6 +37,7 @@ def transcribe_options(
     return TranscribeOptions(
         language=language,
         prompt=prompt,
+        prompt_tokens=prompt_tokens,
         temperature=temperature,
         temperature_increment=t.temperature_increment,
         condition_on_previous_text=t.condition_on_previous_text,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import msgspec
@@ -18,6 +19,8 @@ from omnid.services import Services
 log = structlog.get_logger(__name__)
 SERVICES = web.AppKey("services", Services)
 STARTED = web.AppKey("started", float)
+# A request whose client hung up before its answer (nginx's convention): neither a success nor a server error.
+CLIENT_GONE = 499
 
 
 class ModelCard(msgspec.Struct):
@@ -100,6 +103,9 @@ async def request_log(request: web.Request, handler):
         return response
     except web.HTTPException as exc:
         status = exc.status
+        raise
+    except (asyncio.CancelledError, ConnectionError):
+        status = CLIENT_GONE
         raise
     finally:
         request.app[SERVICES].metrics.observe_request(_route(request), request.method, status)

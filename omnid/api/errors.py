@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
+import structlog
 from aiohttp import web
 
-from omnid.engine.errors import QueueFullError
+from omnid.echo import shown
+from omnid.engine.errors import JobCancelledError, QueueFullError
+
+log = structlog.get_logger(__name__)
 
 
 class ErrorBody(msgspec.Struct):
@@ -35,10 +41,14 @@ class ApiError(Exception):
         )
 
 
+def shutting_down() -> ApiError:
+    return ApiError(503, "the server is shutting down", code="shutting_down", type="server_error")
+
+
 def require_ready(services) -> None:
     """Refuses work while the engines are still loading, or once the daemon is shutting down."""
     if services.draining:
-        raise ApiError(503, "the server is shutting down", code="shutting_down", type="server_error")
+        raise shutting_down()
     if not services.ready:
         raise ApiError(503, "models are still loading", code="loading", type="server_error", headers={"Retry-After": "1"})
 
@@ -47,8 +57,27 @@ def invalid(param: str, message: str, code: str = "invalid_value") -> ApiError:
     return ApiError(400, message, param=param, code=code)
 
 
+# aiohttp's own refusals (no route, wrong method, a WebSocket route without the upgrade), in the same JSON shape.
+HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
+def _from_http(request: web.Request, exc: web.HTTPException) -> web.Response:
+    code = HTTP_CODES.get(exc.status, "invalid_request")
+    if exc.status == 404:
+        message = f"no route {request.method} {shown(request.path)}; see the API documentation"
+    elif exc.status == 405:
+        message = f"{request.method} is not allowed on {shown(request.path)}"
+    elif request.path == "/v1/realtime" or request.path.endswith("/stream"):
+        message = "this route is a WebSocket: connect with 'Connection: Upgrade' and 'Upgrade: websocket'"
+    else:
+        message = exc.reason or "bad request"
+    headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+    return ApiError(exc.status, message, code=code, headers=headers).response()
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler):
+    """Every failure leaves as the JSON error shape; nothing a client sends produces aiohttp's plain-text pages."""
     try:
         return await handler(request)
     except ApiError as exc:
@@ -57,5 +86,16 @@ async def error_middleware(request: web.Request, handler):
         busy = ApiError(503, "the server is busy; retry shortly", code="server_busy", type="server_error",
                         headers={"Retry-After": "1"})
         return busy.response()
+    except JobCancelledError:  # the runtime closed under a running request: the daemon is stopping
+        return shutting_down().response()
     except web.HTTPRequestEntityTooLarge as exc:
         return ApiError(413, f"request body is larger than the {exc.max_size} byte limit", code="request_too_large").response()
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _from_http(request, exc)
+    except (asyncio.CancelledError, ConnectionError):
+        raise  # the client is gone: nobody to answer
+    except Exception:  # noqa: BLE001  (a bug: logged with its trace, answered in the JSON shape)
+        log.exception("request_failed", path=request.path)
+        return ApiError(500, "internal server error", code="internal_error", type="server_error").response()

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from omnid.api.errors import ApiError
 from omnid.config import SecurityConfig
+from omnid.echo import shown
 
 LOOPBACK_NAMES = {"localhost", "localhost.", "127.0.0.1", "::1"}
 OPEN_PATHS = {"/health"}  # a supervisor's liveness check needs no key
@@ -39,19 +40,25 @@ def bearer(request: web.Request) -> str | None:
     return request.query.get("api_key")
 
 
+def _raw(value: str) -> bytes:
+    """The key as bytes. Header values arrive as str with undecodable bytes kept as surrogates; whatever they hold,
+    the comparison must run (and fail), never raise."""
+    return value.encode("utf-8", "surrogatepass")
+
+
 def check(request: web.Request, config: SecurityConfig, bound_host: str) -> None:
     name = host_name(request.host or "")
     allowed = {host_name(h) for h in config.allowed_hosts}
     if not (_loopback(name) or name in allowed or (name == host_name(bound_host) and bound_host not in ("0.0.0.0", "::"))):
-        raise ApiError(403, f"Host {request.host!r} is not this server; add it to security.allowed_hosts",
+        raise ApiError(403, f"Host {shown(request.host)} is not this server; add it to security.allowed_hosts",
                        code="host_not_allowed", type="permission_error")
     origin = request.headers.get("Origin")
     if origin is not None and origin.rstrip("/") not in {o.rstrip("/") for o in config.allowed_origins}:
-        raise ApiError(403, f"Origin {origin!r} is not allowed; add it to security.allowed_origins",
+        raise ApiError(403, f"Origin {shown(origin)} is not allowed; add it to security.allowed_origins",
                        code="origin_not_allowed", type="permission_error")
     if config.api_key and request.path not in OPEN_PATHS:
         given = bearer(request)
-        if given is None or not hmac.compare_digest(given.encode(), config.api_key.encode()):
+        if given is None or not hmac.compare_digest(_raw(given), config.api_key.encode()):
             raise ApiError(401, "missing or wrong API key (Authorization: Bearer KEY)", code="invalid_api_key",
                            type="authentication_error", headers={"WWW-Authenticate": "Bearer"})
 

@@ -11,9 +11,11 @@ import msgspec
 import structlog
 from aiohttp import web
 
-from omnid.api.errors import ApiError, invalid, require_ready
-from omnid.api.forms import Form, flag, integer, number, read_form
+from omnid.api.errors import ApiError, invalid, require_ready, shutting_down
+from omnid.api.forms import Form, FormLimits, flag, integer, number, read_form, text
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
+from omnid.echo import shown
+from omnid.engine.errors import JobCancelledError
 from omnid.engine.languages import language_code
 from omnid.engine.runtime import EngineRuntime, Priority
 from omnid.engine.transcriber import (
@@ -25,12 +27,15 @@ from omnid.engine.transcriber import (
 from omnid.formats import CONTENT_TYPES, FORMATS, render
 from omnid.logging import content
 from omnid.models import transcribe_options
+from omnid.vad.filter import speech_spans
+from omnid.vad.stream import probabilities
 
 log = structlog.get_logger(__name__)
 
 ALIASES = {"whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe"}
 GRANULARITIES = {"segment", "word"}
 AUDIO_LAYOUTS = {"reference", "voxt_swift"}
+VAD_FILTER_THRESHOLD = 0.5  # Silero's own default
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Request:
     response_format: str
     stream: bool
     metadata: bool
+    vad_filter: bool
     audio_bytes: bytes
 
 
@@ -80,11 +86,11 @@ def parse(form: Form, services) -> Request:
     engine = runtime.engine
     fmt = (form.get("response_format") or "json").strip()
     if fmt not in FORMATS:
-        raise invalid("response_format", f"response_format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        raise invalid("response_format", f"response_format must be one of {', '.join(FORMATS)}, got {shown(fmt)}")
     grans = [g.strip() for g in form.fields.get("timestamp_granularities[]", []) + form.fields.get("timestamp_granularities", [])]
     for g in grans:
         if g not in GRANULARITIES:
-            raise invalid("timestamp_granularities[]", f"timestamp_granularities[] must be 'segment' or 'word', got {g!r}")
+            raise invalid("timestamp_granularities[]", f"timestamp_granularities[] must be 'segment' or 'word', got {shown(g)}")
     if grans and fmt != "verbose_json":
         raise invalid("timestamp_granularities[]", "timestamp_granularities[] needs response_format=verbose_json")
     language = None
@@ -92,11 +98,14 @@ def parse(form: Form, services) -> Request:
     if raw_lang:
         language = language_code(raw_lang)
         if language is None:
-            raise invalid("language", f"language {raw_lang!r} is not a known ISO-639-1 code or language name")
+            raise invalid("language", f"language {shown(raw_lang)} is not a known ISO-639-1 code or language name")
         if language not in engine.languages:
-            raise invalid("language", f"language {raw_lang!r} is not supported by model {runtime.name}", "unsupported_language")
-    temperature = number(form, "temperature", low=0.0)
-    max_new_tokens = integer(form, "max_new_tokens")
+            raise invalid("language", f"language {shown(raw_lang)} is not supported by model {runtime.name}", "unsupported_language")
+    limits = services.config.transcription
+    temperature = number(form, "temperature", low=0.0, high=1.0)
+    max_new_tokens = integer(form, "max_new_tokens", high=engine.dims.n_text_ctx)
+    prompt = text(form, "prompt", max_chars=limits.max_prompt_chars)
+    vad_filter = flag(form, "vad_filter") if form.get("vad_filter") is not None else limits.vad_filter
     stream = flag(form, "stream")
     metadata = flag(form, "include_generation_metadata")
     flag(form, "stop_at_end_of_text")
@@ -105,20 +114,18 @@ def parse(form: Form, services) -> Request:
         raise invalid("include_generation_metadata", "include_generation_metadata requires stream=true")
     layout = (form.get("audio_layout") or "").strip()
     if layout and layout not in AUDIO_LAYOUTS:
-        raise invalid("audio_layout", f"audio_layout must be 'reference' or 'voxt_swift', got {layout!r}")
+        raise invalid("audio_layout", f"audio_layout must be 'reference' or 'voxt_swift', got {shown(layout)}")
     if form.file is None:
         raise invalid("file", "file is required: a multipart part named 'file' with a filename", "missing_file")
-    if max_new_tokens is not None and max_new_tokens > engine.dims.n_text_ctx:
-        raise invalid("max_new_tokens", f"max_new_tokens must be at most {engine.dims.n_text_ctx}")
     options = transcribe_options(
         services.config.transcription,
         language=language,
-        prompt=form.get("prompt"),
+        prompt=prompt,
         temperature=temperature or 0.0,
         max_new_tokens=max_new_tokens,
         word_timestamps="word" in grans,
     )
-    return Request(runtime, options, fmt, stream, metadata, form.file)
+    return Request(runtime, options, fmt, stream, metadata, vad_filter, form.file)
 
 
 def _model(model_id: str, services) -> EngineRuntime[WhisperEngine]:
@@ -128,14 +135,15 @@ def _model(model_id: str, services) -> EngineRuntime[WhisperEngine]:
     if model_id in services.transcribers:
         return services.transcribers[model_id]
     if services.vad is not None and model_id == services.vad.name:
-        raise invalid("model", f"model {model_id!r} is a voice activity detector, not a transcription model", "invalid_model_kind")
-    raise ApiError(404, f"model {model_id!r} does not exist; see GET /v1/models", param="model", code="model_not_found")
+        raise invalid("model", f"model {shown(model_id)} is a voice activity detector, not a transcription model", "invalid_model_kind")
+    raise ApiError(404, f"model {shown(model_id)} does not exist; see GET /v1/models", param="model", code="model_not_found")
 
 
 async def handle(request: web.Request, services) -> web.StreamResponse:
     require_ready(services)
     config = services.config
-    form = await read_form(request, int(config.server.max_upload_mb * 1024 * 1024))
+    limits = FormLimits(int(config.server.max_upload_mb * 1024 * 1024), config.server.max_form_parts)
+    form = await read_form(request, limits)
     req = parse(form, services)
     loop = asyncio.get_running_loop()
     try:
@@ -145,21 +153,39 @@ async def handle(request: web.Request, services) -> web.StreamResponse:
     started = time.perf_counter()
     transcript = None
     try:
+        speech = await _speech(audio, services) if req.vad_filter else None
         if req.stream:
-            return await _stream(request, req, audio, config.server.sse_heartbeat_s)
-        transcript = await _submit(req, audio, None)
+            return await _stream(request, req, audio, speech, config.server.sse_heartbeat_s)
+        transcript = await _submit(req, audio, speech, None)
+    except JobCancelledError:
+        if services.draining:  # the daemon stopped before this job could finish
+            raise shutting_down() from None
+        raise
     finally:
         _log(req, audio, started, transcript.text if transcript is not None else None)
     body = render(transcript, req.response_format, words=req.options.word_timestamps)
     return web.Response(text=body, content_type=CONTENT_TYPES[req.response_format].split(";")[0], charset="utf-8")
 
 
-async def _submit(req: Request, audio, on_segment) -> Transcript:
+async def _speech(audio, services) -> list[tuple[int, int]]:
+    """Where Silero VAD hears speech in the file: the only parts the model will see."""
+    vad, t = services.vad, services.config.transcription
+    probs = await vad.submit(lambda check: probabilities(vad.engine, audio, check), Priority.FILE,
+                             audio_s=len(audio) / SAMPLE_RATE)
+    return speech_spans(probs, len(audio), VAD_FILTER_THRESHOLD, t.vad_filter_min_silence_s, t.vad_filter_pad_s)
+
+
+async def _submit(req: Request, audio, speech: list[tuple[int, int]] | None, on_segment) -> Transcript:
+    """One transcription job; with speech spans, only they are decoded (none: the model is not asked)."""
     engine = req.runtime.engine
-    return await req.runtime.submit(
-        lambda check: engine.transcribe(audio, req.options, check, on_segment=on_segment), Priority.FILE,
-        audio_s=len(audio) / SAMPLE_RATE,
-    )
+    if speech is None:
+        job, heard = (lambda check: engine.transcribe(audio, req.options, check, on_segment=on_segment)), len(audio)
+    elif not speech:
+        return engine.transcribe_clips(audio, [], req.options)
+    else:
+        job = lambda check: engine.transcribe_clips(audio, speech, req.options, check, on_segment=on_segment)  # noqa: E731
+        heard = sum(end - start for start, end in speech)
+    return await req.runtime.submit(job, Priority.FILE, audio_s=heard / SAMPLE_RATE)
 
 
 def _sse(event: msgspec.Struct | bytes) -> bytes:
@@ -167,14 +193,15 @@ def _sse(event: msgspec.Struct | bytes) -> bytes:
     return b"data: " + payload + b"\n\n"
 
 
-async def _stream(request: web.Request, req: Request, audio, heartbeat_s: float) -> web.StreamResponse:
+async def _stream(request: web.Request, req: Request, audio, speech: list[tuple[int, int]] | None,
+                  heartbeat_s: float) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     segments: asyncio.Queue[Segment] = asyncio.Queue()
 
     def on_segment(seg: Segment) -> None:
         loop.call_soon_threadsafe(segments.put_nowait, seg)
 
-    job = asyncio.ensure_future(_submit(req, audio, on_segment))
+    job = asyncio.ensure_future(_submit(req, audio, speech, on_segment))
     try:
         # Saturation is answered as a plain 503 when it is known before the stream starts.
         await asyncio.wait({job}, timeout=0.05)
@@ -201,7 +228,11 @@ async def _stream(request: web.Request, req: Request, audio, heartbeat_s: float)
             raw += segments.get_nowait().text
         try:
             transcript = job.result()
-        except Exception:  # JobCancelledError included: the client still gets its in-band error
+        except JobCancelledError:  # the daemon is stopping: the client still gets its in-band error
+            detail = ErrorDetail("server_error", "shutting_down", "The server is shutting down.")
+            await resp.write(_sse(ErrorEvent(detail)) + b"data: [DONE]\n\n")
+            return resp
+        except Exception:  # noqa: BLE001  (any engine failure is reported in band)
             log.exception("transcription_failed")
             await resp.write(_sse(ErrorEvent(ErrorDetail("server_error", "transcription_failed", "Transcription failed."))))
             await resp.write(b"data: [DONE]\n\n")

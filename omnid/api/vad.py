@@ -8,13 +8,16 @@ import numpy as np
 from aiohttp import WSMsgType, web
 
 from omnid.api.errors import invalid, require_ready
-from omnid.api.forms import integer, number, read_form
+from omnid.api.forms import FormLimits, integer, number, read_form
 from omnid.audio import AudioDecodeError, decode_audio
 from omnid.engine.errors import QueueFullError
 from omnid.engine.runtime import Priority
 from omnid.vad.segments import SpeechParams, speech_timestamps
 from omnid.vad.silero import SAMPLE_RATE
 from omnid.vad.stream import VadStream, probabilities
+
+# Durations (ms) the speech-timestamp fields accept: an hour; longer means nothing for speech.
+MAX_MS = 3_600_000
 
 
 def add_routes(app: web.Application, key: web.AppKey) -> None:
@@ -31,13 +34,13 @@ def add_routes(app: web.Application, key: web.AppKey) -> None:
 async def speech_timestamps_route(request: web.Request, services) -> web.Response:
     require_ready(services)
     config = services.config
-    form = await read_form(request, int(config.server.max_upload_mb * 1024 * 1024))
+    form = await read_form(request, FormLimits(int(config.server.max_upload_mb * 1024 * 1024), config.server.max_form_parts))
     defaults = SpeechParams()
     params = SpeechParams(
         threshold=_or(number(form, "threshold", low=0.0, high=1.0), defaults.threshold),
-        min_speech_duration_ms=_or(integer(form, "min_speech_duration_ms"), defaults.min_speech_duration_ms),
-        min_silence_duration_ms=_or(integer(form, "min_silence_duration_ms"), defaults.min_silence_duration_ms),
-        speech_pad_ms=_or(integer(form, "speech_pad_ms"), defaults.speech_pad_ms),
+        min_speech_duration_ms=_or(integer(form, "min_speech_duration_ms", high=MAX_MS), defaults.min_speech_duration_ms),
+        min_silence_duration_ms=_or(integer(form, "min_silence_duration_ms", high=MAX_MS), defaults.min_silence_duration_ms),
+        speech_pad_ms=_or(integer(form, "speech_pad_ms", high=MAX_MS), defaults.speech_pad_ms),
     )
     if form.file is None:
         raise invalid("file", "file is required: a multipart part named 'file' with a filename", "missing_file")

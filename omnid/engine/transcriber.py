@@ -70,6 +70,8 @@ class Transcript:
 class TranscribeOptions:
     language: str | None = None
     prompt: str | None = None
+    # The prompt already tokenized (prompt_tokens(prompt)): a realtime session tokenizes once, not per decode.
+    prompt_tokens: tuple[int, ...] | None = None
     temperature: float = 0.0
     temperature_increment: float = 0.2
     condition_on_previous_text: bool = False
@@ -146,7 +148,7 @@ class WhisperEngine:
         content_frames = mel.shape[0] - 1
         language = opts.language or ("en" if not self.dims.is_multilingual else None)
         decode_opts = replace(opts.decode, temperatures=opts.temperatures(), max_new_tokens=opts.max_new_tokens)
-        prompt_tokens = self.tokenizer.encode(" " + opts.prompt.strip()) if opts.prompt and opts.prompt.strip() else []
+        prompt_tokens = self._prompt_of(opts)
         segments: list[Segment] = []
         history: list[int] = []
         generated, finish = 0, "stop"
@@ -202,6 +204,41 @@ class WhisperEngine:
             finish_reason=finish,
         )
 
+    def transcribe_clips(
+        self,
+        audio: np.ndarray,
+        clips: list[tuple[int, int]],
+        opts: TranscribeOptions = TranscribeOptions(),
+        check: Callable[[], None] = lambda: None,
+        on_segment: Callable[[Segment], None] | None = None,
+    ) -> Transcript:
+        """Only the given parts of a clip (sample spans, in order), each transcribed on its own, with segment and
+        word times on the whole clip's timeline. No part at all is an empty transcript, without the model."""
+        segments: list[Segment] = []
+        generated, finish, language = 0, "stop", opts.language
+        for start, end in clips:
+            offset = start / SAMPLE_RATE
+
+            def shifted(seg: Segment, offset: float = offset, first: int = len(segments)) -> Segment:
+                words = [replace(w, start=w.start + offset, end=w.end + offset) for w in seg.words] if seg.words else seg.words
+                return replace(seg, id=first + seg.id, seek=seg.seek + int(offset * FRAMES_PER_SECOND),
+                               start=seg.start + offset, end=seg.end + offset, words=words)
+
+            report = (lambda seg, shifted=shifted: on_segment(shifted(seg))) if on_segment is not None else None
+            part = self.transcribe(audio[start:end], opts, check, on_segment=report)
+            segments.extend(shifted(seg) for seg in part.segments)
+            generated += part.generated_tokens
+            finish = "length" if part.finish_reason == "length" else finish
+            language = language or part.language
+        return Transcript(
+            text="".join(s.text for s in segments).strip(),
+            segments=segments,
+            language=language or self.languages[0],
+            duration=len(audio) / SAMPLE_RATE,
+            generated_tokens=generated,
+            finish_reason=finish,
+        )
+
     def decode_window(
         self,
         audio: np.ndarray,
@@ -223,8 +260,7 @@ class WhisperEngine:
             opts.decode, temperatures=opts.temperatures(), language=language, without_timestamps=True,
             max_new_tokens=min(budget, opts.max_new_tokens or budget),
         )
-        prompt_tokens = self.tokenizer.encode(" " + opts.prompt.strip()) if opts.prompt and opts.prompt.strip() else []
-        prompt = self._prompt(prompt_tokens, [], language, decode_opts)
+        prompt = self._prompt(self._prompt_of(opts), [], language, decode_opts)
         forced = self.tokenizer.encode(" " + prefix.strip()) if prefix.strip() else []
         result = self.decoder.decode_with_fallback(features, prompt, decode_opts, check, forced)
         if not forced and self._is_silence(result, decode_opts):
@@ -254,6 +290,16 @@ class WhisperEngine:
         codes = list(tok.language_tokens)
         ids = np.array([tok.language_tokens[c] for c in codes])
         return codes[int(np.argmax(logits[ids]))]
+
+    def prompt_tokens(self, prompt: str | None) -> tuple[int, ...]:
+        """The tokens of a prompt as the decoder is conditioned on them. Only the last ones are ever used
+        (half the text context), so a long prompt costs its tokenization once, never per window."""
+        if not prompt or not prompt.strip():
+            return ()
+        return tuple(self.tokenizer.encode(" " + prompt.strip())[-(self.dims.n_text_ctx // 2 - 1):])
+
+    def _prompt_of(self, opts: TranscribeOptions) -> list[int]:
+        return list(opts.prompt_tokens if opts.prompt_tokens is not None else self.prompt_tokens(opts.prompt))
 
     def _prompt(self, prompt_tokens: list[int], history: list[int], language: str, opts: DecodeOptions) -> list[int]:
         half = self.dims.n_text_ctx // 2 - 1
