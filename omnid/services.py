@@ -36,7 +36,10 @@ class Services:
         for model in config.models:
             services.transcribers[model.id] = whisper_runtime(model, config)
         weights = Path(config.vad.weights).expanduser() if config.vad.weights else None
-        services.vad = EngineRuntime(config.vad.id, lambda: SileroVAD.load(weights), config.vad.max_queue)
+        # The realtime batcher has at most one job queued at a time, at FINAL priority: the reserve keeps a queue
+        # full of file requests from ever refusing a live session's audio.
+        services.vad = EngineRuntime(config.vad.id, lambda: SileroVAD.load(weights), config.vad.max_queue,
+                                     final_reserve=1)
         services.vad_batcher = VadBatcher(services.vad)
         return services
 

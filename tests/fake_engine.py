@@ -48,6 +48,9 @@ class FakeWhisper:
             raise RuntimeError("the fake engine was told to fail")
         return f"{len(audio)} samples"
 
+    def prompt_tokens(self, prompt):
+        return tuple(ord(c) for c in (prompt or ""))
+
     def transcribe(self, audio, opts, check=lambda: None, **_):
         return FakeResult(self._work(audio, opts, check))
 

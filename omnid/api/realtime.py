@@ -13,6 +13,7 @@ import structlog
 from aiohttp import WSMsgType, web
 
 from omnid.api.errors import invalid, require_ready
+from omnid.engine.errors import QueueFullError
 from omnid.services import Services
 from omnid.session import events as ce
 from omnid.session import server_events as ev
@@ -22,17 +23,21 @@ from omnid.session.session import Dialect, Session, SessionError
 
 log = structlog.get_logger(__name__)
 DIALECTS = ("voxt", "openai")
+SERVER_ERRORS = {"too_many_sessions", "buffer_overflow", "session_too_long", "server_busy", "internal_error"}
 
 
 class Outbox:
     """Events leave in order through one writer task; each gets its ``event_id`` (and in the Voxt dialect its
-    ``event_index``) as it is queued. Bounded: a client that stops reading ends its session."""
+    ``event_index``) as it is queued. Bounded in count and in bytes: a client that stops reading ends its session
+    (the events it will never read are dropped, not kept)."""
 
-    def __init__(self, ws: web.WebSocketResponse, cap: int):
+    def __init__(self, ws: web.WebSocketResponse, cap: int, max_bytes: int):
         self.ws = ws
         self.dialect: Dialect | None = None
         self.index = 0
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(cap)
+        self.max_bytes = max_bytes
+        self.pending_bytes = 0
         self.overflowed = False
         self.task = asyncio.ensure_future(self._write())
 
@@ -42,13 +47,20 @@ class Outbox:
             event, event_id="evt_" + secrets.token_hex(16),
             event_index=self.index if self.dialect == "voxt" else None,
         )
+        frame = msgspec.json.encode(stamped)
+        if self.overflowed or self.pending_bytes + len(frame) > self.max_bytes:
+            self.overflowed = True
+            return
         try:
-            self.queue.put_nowait(msgspec.json.encode(stamped))
+            self.queue.put_nowait(frame)
         except asyncio.QueueFull:
             self.overflowed = True
+            return
+        self.pending_bytes += len(frame)
 
     async def _write(self) -> None:
         while (frame := await self.queue.get()) is not None:
+            self.pending_bytes -= len(frame)
             try:
                 await self.ws.send_str(frame.decode())
             except (ConnectionError, RuntimeError):
@@ -74,7 +86,7 @@ class Connection:
         self.ws = ws
         self.services = services
         self.config = services.config.realtime
-        self.out = Outbox(ws, self.config.max_pending_events)
+        self.out = Outbox(ws, self.config.max_pending_events, self.config.max_pending_bytes)
         self.dialect = dialect
         self.session: Session | None = None
         self.session_id = "sess_" + secrets.token_hex(10)
@@ -83,6 +95,7 @@ class Connection:
             languages={mid: rt.engine.languages for mid, rt in services.transcribers.items()},
             min_rate=self.config.min_rate,
             max_rate=self.config.max_rate,
+            max_prompt_chars=services.config.transcription.max_prompt_chars,
         )
         self.finished = False
         self.shutting_down = False
@@ -103,7 +116,7 @@ class Connection:
     def error(self, code: str, message: str, *, param: str | None = None, event_id: str | None = None) -> None:
         if self.out.dialect is None:
             self.out.dialect = self.dialect or self.config.default_dialect
-        kind = "server_error" if code in ("too_many_sessions", "buffer_overflow", "session_too_long") else "invalid_request_error"
+        kind = "server_error" if code in SERVER_ERRORS else "invalid_request_error"
         self.out.send(ev.error(code, message, type=kind, param=param, event_id=event_id))
 
     async def frame(self, data: str) -> None:
@@ -135,7 +148,7 @@ class Connection:
         elif isinstance(e, ce.AudioClear):
             session.clear()
         elif isinstance(e, (ce.SessionUpdate, ce.TranscriptionSessionUpdate)):
-            self._update(e)
+            await self._update(e)
         elif isinstance(e, ce.TranscriptionDone):
             if self.dialect != "voxt":
                 self.error("invalid_event", "transcription.done belongs to the Voxt dialect; commit instead",
@@ -146,7 +159,7 @@ class Connection:
                 self.out.send(ev.TranscriptionCompleted(text=text))
                 self.finished = True
 
-    def _update(self, e: ce.SessionUpdate | ce.TranscriptionSessionUpdate) -> None:
+    async def _update(self, e: ce.SessionUpdate | ce.TranscriptionSessionUpdate) -> None:
         session = self.session
         assert session is not None
         try:
@@ -157,7 +170,7 @@ class Connection:
         except st.SettingsError as exc:
             self.error(exc.code, exc.message, param=exc.param, event_id=e.event_id)
             return
-        session.update(new)
+        await session.update(new)
         if self.dialect == "voxt":
             self.out.send(ev.TranscriptionSessionUpdated(session=st.voxt_view(new)))
         elif isinstance(e, ce.TranscriptionSessionUpdate):
@@ -237,6 +250,11 @@ async def _serve(ws: web.WebSocketResponse, conn: Connection) -> None:
             conn.error(exc.code, exc.message)
             log.info("realtime_session_refused", code=exc.code, session=conn.session_id)
             return
+        except QueueFullError:  # the shared VAD is saturated: this frame's audio could not be analysed
+            conn.error("server_busy", "the server is too busy to analyse this audio; it was dropped")
+        except Exception:  # noqa: BLE001  (a bug must cost one frame, not the session)
+            log.exception("realtime_frame_failed", session=conn.session_id)
+            conn.error("internal_error", "the server failed to handle this event")
         if conn.out.overflowed:
             log.warning("realtime_client_too_slow", session=conn.session_id)
             return

@@ -3,10 +3,13 @@ sorts a frame into an event, a recoverable error or a terminal one, plus the dia
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 import msgspec
+
+from omnid.echo import shown
 
 Dialect = Literal["voxt", "openai"]
 
@@ -55,17 +58,35 @@ def parse_frame(frame: str | bytes) -> ClientEvent | FrameError:
     try:
         value = msgspec.json.decode(frame)
     except msgspec.DecodeError as exc:
-        return FrameError("invalid_json", f"frame is not valid JSON: {exc}", terminal=False)
+        return FrameError("invalid_json", f"frame is not valid JSON: {_why(frame, exc)}", terminal=False)
+    except RecursionError:
+        return FrameError("invalid_json", "frame is not valid JSON: nested too deeply", terminal=False)
+    except UnicodeError:
+        return FrameError("invalid_json", "frame is not valid JSON: it is not valid UTF-8", terminal=False)
     if not isinstance(value, dict):
         return FrameError("invalid_frame", "each frame must be one JSON object", terminal=True)
     event_id = value.get("event_id") if isinstance(value.get("event_id"), str) else None
+    if event_id is not None and len(event_id) > MAX_EVENT_ID:
+        event_id = None  # echoed back in errors: a client's id is at most this long
     kind = value.get("type")
     try:
         return msgspec.convert(value, ClientEvent)
     except msgspec.ValidationError as exc:
         if not isinstance(kind, str) or kind not in _TYPES:
-            return FrameError("invalid_event", f"unknown event type {kind!r}", terminal=False, event_id=event_id)
+            return FrameError("invalid_event", f"unknown event type {shown(kind)}", terminal=False, event_id=event_id)
         return FrameError("invalid_event", f"{kind}: {exc}", terminal=False, event_id=event_id)
+
+
+MAX_EVENT_ID = 128
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _why(frame: str | bytes, exc: msgspec.DecodeError) -> str:
+    """msgspec's reason, except where it misleads: a lone UTF-16 surrogate escape is reported as truncation."""
+    text = frame if isinstance(frame, str) else frame.decode("utf-8", "replace")
+    if "truncated" in str(exc) and _SURROGATE.search(text):
+        return "a \\u escape names a lone UTF-16 surrogate (\\ud800-\\udfff without its pair)"
+    return str(exc)
 
 
 _TYPES = {cls.__struct_config__.tag for cls in ClientEvent.__args__}  # type: ignore[attr-defined]

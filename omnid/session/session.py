@@ -111,6 +111,7 @@ class Session:
         self._finals_idle = asyncio.Event()
         self._finals_idle.set()
         self._preview: asyncio.Task | None = None
+        self.prompt_tokens: tuple[int, ...] = ()  # of settings.prompt, for the settings' model
 
     # --- settings ---------------------------------------------------------------------------------------
 
@@ -120,7 +121,9 @@ class Session:
             return None
         return TurnDetector(s.turns.threshold, s.turns.prefix_padding_ms, s.turns.silence_duration_ms)
 
-    def update(self, settings: Settings) -> None:
+    async def update(self, settings: Settings) -> None:
+        if (settings.prompt, settings.model) != (self.settings.prompt, self.settings.model):
+            self.prompt_tokens = await self._tokenize(settings)
         if settings.rate != self.settings.rate:
             self.buffer = AudioBuffer(settings.rate, self.config.max_backlog_s)  # only before any audio
         if settings.turns != self.settings.turns:
@@ -128,6 +131,13 @@ class Session:
             if self.turns is not None:
                 self.turns.window = self.vad_stream.windows
         self.settings = settings
+
+    async def _tokenize(self, settings: Settings) -> tuple[int, ...]:
+        """Once per prompt, on a worker thread (the prompt is capped, but the event loop waits for nobody)."""
+        if not settings.prompt:
+            return ()
+        engine = self.engines[settings.model].engine
+        return await asyncio.get_running_loop().run_in_executor(None, engine.prompt_tokens, settings.prompt)
 
     @property
     def audio_started(self) -> bool:
@@ -306,7 +316,8 @@ class Session:
     async def _transcribe_final(self, job: FinalJob) -> str:
         runtime = self.engines[self.settings.model]
         s = self.settings
-        opts = transcribe_options(self.transcription, language=s.language, prompt=s.prompt)
+        opts = transcribe_options(self.transcription, language=s.language, prompt=s.prompt,
+                                  prompt_tokens=self.prompt_tokens)
 
         def final(check) -> str:
             text = runtime.engine.transcribe(job.audio, opts, check).text
@@ -368,7 +379,7 @@ class Session:
         runtime = self.engines[self.settings.model]
         s = self.settings
         opts = transcribe_options(self.transcription, language=s.language, prompt=s.prompt,
-                                  window=self.config.preview_window, temperature=0.0)
+                                  prompt_tokens=self.prompt_tokens, window=self.config.preview_window, temperature=0.0)
         opts = replace(opts, temperature_increment=0.0)  # a preview is never worth a retry
         prefix = seg.agreement.text()
         try:

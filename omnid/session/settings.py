@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from omnid.echo import shown
 from omnid.session.buffer import SAMPLE_RATE
 
 OPENAI_RATE = 24000
@@ -49,6 +50,7 @@ class Capabilities:
     languages: dict[str, tuple[str, ...]]
     min_rate: int
     max_rate: int
+    max_prompt_chars: int = 4096
 
     def initial(self, dialect: Literal["voxt", "openai"]) -> Settings:
         if dialect == "voxt":
@@ -71,10 +73,13 @@ def _str(value: Any, param: str) -> str | None:
 
 
 def _number(value: Any, param: str, lo: float, hi: float, integer: bool = False) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not float(value).is_integer()):
+    """A number within [lo, hi]. Compared as it came (a 400-digit integer is simply out of range: converting it to
+    a float would overflow), and for an integer field a float must be whole."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            integer and isinstance(value, float) and not value.is_integer()):
         raise SettingsError("invalid_event", param, f"{param} must be {'an integer' if integer else 'a number'}")
-    if not lo <= value <= hi:
-        raise SettingsError("unsupported_session", param, f"{param} must be between {lo:g} and {hi:g}")
+    if not lo <= value <= hi:  # NaN cannot come from JSON; +-inf fails here too
+        raise SettingsError("unsupported_session", param, f"{param} must be between {lo:g} and {hi:g}, got {shown(value)}")
     return int(value) if integer else float(value)
 
 
@@ -84,7 +89,7 @@ def turn_detection(value: Any, current: ServerVad | None, param: str = "session.
     spec = _obj(value, param)
     kind = spec.get("type", "server_vad")
     if kind != "server_vad":
-        raise SettingsError("unsupported_session", f"{param}.type", f"turn detection {kind!r} is not supported; use server_vad or null")
+        raise SettingsError("unsupported_session", f"{param}.type", f"turn detection {shown(kind)} is not supported; use server_vad or null")
     base = current or ServerVad()
     out = base
     if "threshold" in spec:
@@ -104,13 +109,21 @@ def _transcription(settings: Settings, spec: Any, caps: Capabilities, param: str
         model = caps.default_model if asked == MODEL_ALIAS else asked
         if model not in caps.languages:
             raise SettingsError("unsupported_session", f"{param}.model",
-                                f"model {asked!r} is not served here (models: {', '.join(caps.languages)})")
+                                f"model {shown(asked)} is not served here (models: {', '.join(caps.languages)})")
     out = replace(settings, model=model)
     if "language" in t:
         out = replace(out, language=_str(t["language"], f"{param}.language"))
     if "prompt" in t:
-        out = replace(out, prompt=_str(t["prompt"], f"{param}.prompt"))
+        out = replace(out, prompt=_prompt(t["prompt"], f"{param}.prompt", caps))
     return _check_language(out, caps, f"{param}.language")
+
+
+def _prompt(value: Any, param: str, caps: Capabilities) -> str | None:
+    prompt = _str(value, param)
+    if prompt is not None and len(prompt) > caps.max_prompt_chars:
+        raise SettingsError("unsupported_session", param,
+                            f"{param} is {len(prompt)} characters long; at most {caps.max_prompt_chars} are accepted")
+    return prompt
 
 
 def _check_language(settings: Settings, caps: Capabilities, param: str) -> Settings:
@@ -118,14 +131,14 @@ def _check_language(settings: Settings, caps: Capabilities, param: str) -> Setti
         code = settings.language.lower()
         if code not in caps.languages[settings.model]:
             raise SettingsError("unsupported_session", param,
-                                f"model {settings.model} cannot transcribe language {settings.language!r}")
+                                f"model {settings.model} cannot transcribe language {shown(settings.language)}")
         settings = replace(settings, language=code)
     return settings
 
 
 def _pcm16(value: Any, param: str) -> None:
     if value is not None and value != "pcm16":
-        raise SettingsError("unsupported_session", param, f"audio format {value!r} is not supported; use pcm16")
+        raise SettingsError("unsupported_session", param, f"audio format {shown(value)} is not supported; use pcm16")
 
 
 def voxt_update(settings: Settings, session: Any, caps: Capabilities) -> Settings:
@@ -138,7 +151,7 @@ def voxt_update(settings: Settings, session: Any, caps: Capabilities) -> Setting
     if "language" in s:
         out = replace(out, language=_str(s["language"], "session.language"))
     if "prompt" in s:
-        out = replace(out, prompt=_str(s["prompt"], "session.prompt"))
+        out = replace(out, prompt=_prompt(s["prompt"], "session.prompt", caps))
     if "model" in s:
         out = _transcription(out, {"model": s["model"]}, caps, "session")
     return _check_language(out, caps, "session.language")
@@ -149,7 +162,7 @@ def openai_update(settings: Settings, session: Any, caps: Capabilities, audio_st
     input_audio_transcription, turn_detection)."""
     s = _obj(session, "session")
     if "type" in s and s["type"] != "transcription":
-        raise SettingsError("unsupported_session", "session.type", f"session type {s['type']!r} is not supported; use transcription")
+        raise SettingsError("unsupported_session", "session.type", f"session type {shown(s['type'])} is not supported; use transcription")
     out = settings
     if "audio" in s:
         audio_in = _obj(_obj(s["audio"], "session.audio").get("input", {}), "session.audio.input")
@@ -179,7 +192,7 @@ def _format(value: Any, caps: Capabilities) -> int:
     fmt = _obj(value, param)
     kind = fmt.get("type", "audio/pcm")
     if kind != "audio/pcm":
-        raise SettingsError("unsupported_session", f"{param}.type", f"audio format {kind!r} is not supported; use audio/pcm")
+        raise SettingsError("unsupported_session", f"{param}.type", f"audio format {shown(kind)} is not supported; use audio/pcm")
     return _number(fmt.get("rate", OPENAI_RATE), f"{param}.rate", caps.min_rate, caps.max_rate, integer=True)
 
 
