@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ import time
 import structlog
 from aiohttp import web
 
+from omnid.allocator import return_large_buffers
 from omnid.api import realtime
 from omnid.api.app import create_app
 from omnid.config import Config
@@ -67,24 +69,59 @@ def _emit(event: dict) -> None:
     sys.stdout.flush()
 
 
+# A control line is a few dozen bytes; anything longer is skipped whole (up to its newline) and never buffered.
+MAX_CONTROL_LINE = 65536
+
+
 async def _watch_stdin(stop: asyncio.Event, reason: list[str]) -> None:
-    """Reads control lines from the parent: a shutdown command or end of input stops the daemon."""
+    """Reads control lines from the parent: a shutdown command or end of input stops the daemon. Nothing the
+    parent writes can end this watch early: end of input always stops the daemon (the parent is gone)."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    while True:
-        line = await reader.readline()
-        if not line:
+    reader = asyncio.StreamReader(limit=MAX_CONTROL_LINE)
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        lines = ControlLines()
+        while chunk := await reader.read(MAX_CONTROL_LINE):
+            if any(_is_shutdown(line) for line in lines.feed(chunk)):
+                reason.append("shutdown")
+                break
+        else:
             reason.append("eof")
-            break
-        try:
-            command = json.loads(line)
-        except ValueError:
-            continue  # malformed lines are ignored
-        if isinstance(command, dict) and command.get("command") == "shutdown":
-            reason.append("shutdown")
-            break
+    except Exception:  # noqa: BLE001  (an unreadable stdin means no parent to follow: stop rather than orphan)
+        log.exception("stdin_watch_failed")
+        reason.append("eof")
     stop.set()
+
+
+class ControlLines:
+    """Splits stdin into lines, dropping any line longer than MAX_CONTROL_LINE without keeping it."""
+
+    def __init__(self) -> None:
+        self.partial = bytearray()
+        self.skipping = False  # inside an over-long line, until its newline
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        *complete, rest = chunk.split(b"\n")
+        lines = []
+        for piece in complete:
+            if not self.skipping:
+                lines.append(bytes(self.partial + piece))
+            self.partial.clear()
+            self.skipping = False
+        if not self.skipping:
+            self.partial += rest
+            if len(self.partial) > MAX_CONTROL_LINE:
+                self.partial.clear()
+                self.skipping = True
+        return [line for line in lines if len(line) <= MAX_CONTROL_LINE]
+
+
+def _is_shutdown(line: bytes) -> bool:
+    try:
+        command = json.loads(line)
+    except (ValueError, RecursionError):
+        return False  # malformed lines are ignored
+    return isinstance(command, dict) and command.get("command") == "shutdown"
 
 
 async def serve(config: Config, supervised: bool = False) -> int:
@@ -102,6 +139,7 @@ async def serve(config: Config, supervised: bool = False) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, on_signal, sig)
+    log.info("allocator", returns_large_buffers=return_large_buffers())
     server: Server | None = None
     try:
         server = Server(config)
@@ -139,8 +177,27 @@ async def serve(config: Config, supervised: bool = False) -> int:
 
 
 def run(config: Config, supervised: bool = False) -> int:
+    """Serves until stopped, then ends the process at once with the exit code: everything the daemon owns is
+    already closed by then, and leaving through interpreter teardown, with engine and executor threads still
+    inside native code, can abort (SIGABRT) instead of returning the code Voxt relies on."""
+
+    async def main() -> int:
+        code = await serve(config, supervised)
+        _exit(code)
+        return code
+
     try:
         import uvloop
     except ImportError:  # uvloop is optional off Unix
-        return asyncio.run(serve(config, supervised))
-    return uvloop.run(serve(config, supervised))
+        return asyncio.run(main())
+    return uvloop.run(main())
+
+
+def _exit(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()
+    os._exit(code)
