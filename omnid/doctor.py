@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import platform
-from pathlib import Path
 import sys
 from importlib import metadata
+from pathlib import Path
 
 from omnid import blas
 from omnid.config import Config, ConfigError, config_dir, load_pins, model_folder

@@ -21,6 +21,7 @@ from aiohttp import web
 from omnid.allocator import return_large_buffers
 from omnid.api import realtime
 from omnid.api.app import create_app
+from omnid.api.errors import answer_protocol_errors_in_json
 from omnid.config import Config
 from omnid.logging import reopen_log_file, set_log_content
 from omnid.services import Services
@@ -42,6 +43,7 @@ class Server:
 
     async def start(self) -> None:
         await self.runner.setup()
+        answer_protocol_errors_in_json(self.runner.server)
         sock = socket.create_server((self.config.server.host, self.config.server.port))
         site = web.SockSite(self.runner, sock)
         await site.start()

@@ -80,3 +80,20 @@ def post_head(path: str, body_length: int, content_type: str = f"multipart/form-
               extra: bytes = b"") -> bytes:
     return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {body_length}\r\nConnection: close\r\n").encode() + extra + b"\r\n"
+
+
+async def health_latencies(url: str, until: asyncio.Future) -> list[float]:
+    """Seconds each GET /health took, polled every 20 ms until ``until`` is done."""
+    import time
+
+    import aiohttp
+
+    out = []
+    async with aiohttp.ClientSession() as http:
+        while not until.done():
+            started = time.perf_counter()
+            async with http.get(url + "/health") as resp:
+                await resp.read()
+            out.append(time.perf_counter() - started)
+            await asyncio.sleep(0.02)
+    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -166,6 +167,56 @@ def test_raw_multipart_bodies(daemon, body):
     ctype, content = body
     for route in ("/v1/audio/transcriptions", "/v1/vad/speech_timestamps"):
         check_http(request("POST", daemon.url + route, content=content, headers={"Content-Type": ctype}))
+
+
+@st.composite
+def raw_requests(draw) -> bytes:
+    """Whole HTTP requests as bytes: odd methods, paths, versions, headers and bodies."""
+    method = draw(st.sampled_from([b"GET", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"HEAD", b"BREW", b"G\x00T"]))
+    path = draw(st.sampled_from([b"/health", b"/v1/models", b"/v1/audio/transcriptions", b"/v1/realtime",
+                                 b"/v1/vad/speech_timestamps", b"/metrics", b"/%00", b"/" + b"a" * 3000]))
+    version = draw(st.sampled_from([b"HTTP/1.1", b"HTTP/1.0", b"HTTP/2.0", b"HTTX/1.1"]))
+    headers = draw(st.lists(st.tuples(st.sampled_from([b"Content-Length", b"Transfer-Encoding", b"Content-Type",
+                                                       b"Upgrade", b"Connection", b"Expect", b"X-\xff"]),
+                                      st.binary(max_size=40)), max_size=4))
+    body = draw(st.binary(max_size=200))
+    lines = [method + b" " + path + b" " + version, b"Host: 127.0.0.1"]
+    lines += [k + b": " + v.replace(b"\r", b"").replace(b"\n", b"") for k, v in headers]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def raw_exchange(port: int, data: bytes, wait_s: float = 1.0) -> bytes:
+    """Sends the bytes and reads what comes back until the server closes or is quiet for ``wait_s`` (a request
+    whose declared body never comes gets no answer, only the server's timeout)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as sock:
+        sock.sendall(data)
+        chunks = []
+        try:
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+        except (TimeoutError, ConnectionResetError):
+            pass
+    return b"".join(chunks)
+
+
+@settings(FUZZ, max_examples=150)
+@given(data=raw_requests())
+def test_raw_http_requests(daemon, data):
+    """Whatever bytes arrive, the answer (if any: a client that stops mid-body may get none) is never a 5xx and
+    never a plain-text page."""
+    reply = raw_exchange(daemon.server.port, data)
+    if not reply:
+        return
+    head, _, body = reply.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    assert status < 500, reply[:300]
+    if status >= 400:
+        assert b"content-type: application/json" in head.lower(), reply[:300]
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        if not data.startswith(b"HEAD ") and length:
+            assert set(json.loads(body[:length])) == {"error", "detail"}, reply[:300]
 
 
 # --- realtime ---------------------------------------------------------------------------------------------------

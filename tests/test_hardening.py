@@ -17,7 +17,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import clip_audio
 from tests.fake_engine import fake_services
-from tests.hostile_input import BOUNDARY, flac_silence, multipart, noise, post_head, raw_request, wav
+from tests.hostile_input import (
+    BOUNDARY,
+    flac_silence,
+    health_latencies,
+    multipart,
+    noise,
+    post_head,
+    raw_request,
+    wav,
+)
 from tests.server import ServerThread
 from tests.test_realtime import append, collect
 from tests.test_serve import ready_line, spawn
@@ -179,6 +188,36 @@ async def test_unknown_routes_wrong_methods_and_plain_gets_on_sockets_are_json(s
                 assert len(err["message"]) < 200
 
 
+async def test_requests_aiohttp_cannot_parse_are_json_400s(server):
+    port = server.server.port
+    upload = b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    for raw in (
+        b"GARBAGE\r\n\r\n",
+        b"GET /health HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: " + b"a" * 20_000 + b"\r\n\r\n",
+        b"GET /\x00 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        upload + b"Content-Length: abc\r\n\r\n",
+        upload + b"Transfer-Encoding: chunked\r\nContent-Type: multipart/form-data; boundary=b\r\n\r\nzz\r\n",
+    ):
+        status, headers, body = await raw_request(port, raw)
+        err = error_of(status, headers.get("content-type", ""), body)
+        assert status == 400 and err["code"] in ("invalid_request", "invalid_multipart"), (raw[:40], err)
+        assert len(body) < 1024
+    # Headers aiohttp handles before any middleware, or echoes into its own messages (a non-UTF-8 value was a 500).
+    for raw, status_code, code in (
+        (b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: \xff\r\n\r\n", 417, "expectation_failed"),
+        (b"GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: x\r\n\r\n", 417, "expectation_failed"),
+        (b"GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: \xff\r\n\r\n", 400,
+         "invalid_request"),
+        (b"GET /v1/vad/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+         b"Sec-WebSocket-Version: \xff\r\n\r\n", 400, "invalid_request"),
+        (b"PATCH /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 405, "method_not_allowed"),
+    ):
+        status, headers, body = await raw_request(port, raw)
+        err = error_of(status, headers.get("content-type", ""), body)
+        assert status == status_code and err["code"] == code, (raw[:50], status, err)
+
+
 async def test_a_non_ascii_authorization_header_is_a_401():
     with ServerThread(overrides={"security": {"api_key": "s3cret"}}) as srv:
         for value in ("Bearer \xe9\xe8".encode("latin-1"), b"Bearer \xff\xfe\x80", "Bearer cl\u00e9".encode()):
@@ -267,25 +306,13 @@ def spawn_args() -> list[str]:
 # --- 5. the event loop and the upload cap -----------------------------------------------------------------------
 
 
-async def _health_latencies(url: str, until: asyncio.Future) -> list[float]:
-    out = []
-    async with aiohttp.ClientSession() as http:
-        while not until.done():
-            started = time.perf_counter()
-            async with http.get(url + "/health") as resp:
-                await resp.read()
-            out.append(time.perf_counter() - started)
-            await asyncio.sleep(0.02)
-    return out
-
-
 async def test_half_a_million_empty_parts_are_refused_and_health_stays_fast(server):
     part = b'--b\r\nContent-Disposition: form-data; name="a"\r\n\r\n\r\n'
     body = part * 480_000 + b"--b--\r\n"
     assert len(body) < 25 * 1024 * 1024  # under the upload cap: only the part cap stops it
     head = post_head(TRANSCRIBE, len(body), content_type="multipart/form-data; boundary=b")
     request = asyncio.ensure_future(raw_request(server.server.port, head, body))
-    latencies = await _health_latencies(server.url, request)
+    latencies = await health_latencies(server.url, request)
     status, headers, data = await request
     err = error_of(status, headers["content-type"], data)
     assert status == 400 and err["code"] == "too_many_parts"

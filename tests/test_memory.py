@@ -65,8 +65,8 @@ async def post(http: aiohttp.ClientSession, url: str, fields: dict, file: tuple[
         return resp.status
 
 
-async def idle(http: aiohttp.ClientSession, url: str) -> None:
-    deadline = time.monotonic() + 60
+async def idle(http: aiohttp.ClientSession, url: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         async with http.get(url + "/health") as resp:
             health = await resp.json()

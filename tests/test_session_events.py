@@ -7,8 +7,15 @@ import json
 import pytest
 
 from omnid.session.events import (
-    AudioAppend, AudioClear, AudioCommit, FrameError, SessionUpdate, TranscriptionDone, TranscriptionSessionUpdate,
-    dialect_of, parse_frame,
+    AudioAppend,
+    AudioClear,
+    AudioCommit,
+    FrameError,
+    SessionUpdate,
+    TranscriptionDone,
+    TranscriptionSessionUpdate,
+    dialect_of,
+    parse_frame,
 )
 
 

@@ -9,8 +9,8 @@ import numpy as np
 
 from omnid.engine.tokenizer import WhisperTokenizer
 from omnid.engine.transcriber import TranscribeOptions, WhisperEngine
-from tests.test_checkpoint import random_weights, write_mlx
 from omnid.engine.whisper import ModelDims
+from tests.test_checkpoint import random_weights, write_mlx
 
 TEXT = " And so, my fellow Americans: ask not what your country can do for you — ¿qué? 東京"
 

@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from omnid.api import realtime, security, transcriptions, vad
 from omnid.api.errors import error_middleware
+from omnid.api.fallback import add_catch_all, expect_continue
 from omnid.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from omnid.metrics import gauge
 from omnid.services import Services
@@ -120,11 +121,13 @@ def create_app(services: Services) -> web.Application:
     app[SERVICES] = services
     app[STARTED] = time.monotonic()
     app[realtime.REGISTRY] = set()
-    app.router.add_get("/health", health)
-    app.router.add_get("/v1/models", models)
-    app.router.add_post("/v1/audio/transcriptions", transcribe)
-    app.router.add_get("/v1/realtime", realtime_socket)
-    app.router.add_get("/metrics", metrics)
+    expect = {"expect_handler": expect_continue}
+    app.router.add_get("/health", health, **expect)
+    app.router.add_get("/v1/models", models, **expect)
+    app.router.add_post("/v1/audio/transcriptions", transcribe, **expect)
+    app.router.add_get("/v1/realtime", realtime_socket, **expect)
+    app.router.add_get("/metrics", metrics, **expect)
     services.metrics.add_gauges(lambda: _scraped_gauges(app))
-    vad.add_routes(app, SERVICES)
+    vad.add_routes(app, SERVICES, expect_continue)
+    add_catch_all(app)
     return app

@@ -7,7 +7,7 @@ import asyncio
 
 import msgspec
 import structlog
-from aiohttp import web
+from aiohttp import web, web_protocol
 
 from omnid.echo import shown
 from omnid.engine.errors import JobCancelledError, QueueFullError
@@ -99,3 +99,32 @@ async def error_middleware(request: web.Request, handler):
     except Exception:  # noqa: BLE001  (a bug: logged with its trace, answered in the JSON shape)
         log.exception("request_failed", path=request.path)
         return ApiError(500, "internal server error", code="internal_error", type="server_error").response()
+
+
+class _JsonErrorHandler(web_protocol.RequestHandler):
+    """aiohttp's connection handler, answering what fails below the application (a malformed request line or
+    header, a header over aiohttp's size limit, a broken chunked body) in the JSON error shape instead of its
+    plain-text page."""
+
+    def handle_error(self, request, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # part of a response went out already: only closing is left
+            raise ConnectionError("response already started; cannot send an error")
+        if status >= 500:
+            log.error("protocol_error", status=status, error=type(exc).__name__ if exc else None)
+        first = (message or "").strip().splitlines()[0] if (message or "").strip() else "bad request"
+        text = "internal server error" if status >= 500 else f"malformed HTTP request: {shown(first)}"
+        code = {413: "request_too_large", 504: "timeout"}.get(status, "internal_error" if status >= 500 else "invalid_request")
+        response = ApiError(status, text, code=code, type="server_error" if status >= 500 else "invalid_request_error").response()
+        response.force_close()
+        return response
+
+
+class _JsonErrorServer(web.Server):
+    def __call__(self) -> web_protocol.RequestHandler:
+        return _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
+
+
+def answer_protocol_errors_in_json(server: web.Server) -> None:
+    """Makes a runner's server (AppRunner.server, after setup) hand connections to the JSON-answering handler."""
+    server.__class__ = _JsonErrorServer

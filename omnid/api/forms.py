@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
@@ -70,10 +71,13 @@ def _boundary(request: web.Request) -> bytes:
 async def read_body(request: web.Request, max_bytes: int) -> bytes:
     """Every byte of the body, refused with 413 as soon as it passes ``max_bytes``."""
     body = bytearray()
-    async for chunk in request.content.iter_chunked(CHUNK):
-        if len(body) + len(chunk) > max_bytes:
-            raise too_large(max_bytes)
-        body.extend(chunk)
+    try:
+        async for chunk in request.content.iter_chunked(CHUNK):
+            if len(body) + len(chunk) > max_bytes:
+                raise too_large(max_bytes)
+            body.extend(chunk)
+    except HttpProcessingError as exc:  # a broken chunked encoding, a body shorter than its Content-Length
+        raise invalid("file", f"malformed request body: {shown(exc.message)}", "invalid_multipart") from None
     return bytes(body)
 
 

@@ -13,6 +13,7 @@ import structlog
 from aiohttp import WSMsgType, web
 
 from omnid.api.errors import invalid, require_ready
+from omnid.api.fallback import require_websocket_upgrade
 from omnid.engine.errors import QueueFullError
 from omnid.services import Services
 from omnid.session import events as ce
@@ -203,6 +204,7 @@ async def handle(request: web.Request, services: Services) -> web.StreamResponse
     dialect: Any = request.query.get("protocol")
     if dialect is not None and dialect not in DIALECTS:
         raise invalid("protocol", f"protocol must be one of {', '.join(DIALECTS)}")
+    require_websocket_upgrade(request)
     require_ready(services)
     # aiohttp's own cap is a backstop well above ours, so an over-cap frame still gets the spec's error.
     ws = web.WebSocketResponse(max_msg_size=2 * config.max_frame_bytes + 65536, autoping=True, heartbeat=30)

@@ -8,6 +8,7 @@ import numpy as np
 from aiohttp import WSMsgType, web
 
 from omnid.api.errors import invalid, require_ready
+from omnid.api.fallback import require_websocket_upgrade
 from omnid.api.forms import FormLimits, integer, number, read_form
 from omnid.audio import AudioDecodeError, decode_audio
 from omnid.engine.errors import QueueFullError
@@ -20,15 +21,15 @@ from omnid.vad.stream import VadStream, probabilities
 MAX_MS = 3_600_000
 
 
-def add_routes(app: web.Application, key: web.AppKey) -> None:
+def add_routes(app: web.Application, key: web.AppKey, expect_handler) -> None:
     async def timestamps_handler(request: web.Request) -> web.Response:
         return await speech_timestamps_route(request, request.app[key])
 
     async def stream_handler(request: web.Request) -> web.WebSocketResponse:
         return await stream_route(request, request.app[key])
 
-    app.router.add_post("/v1/vad/speech_timestamps", timestamps_handler)
-    app.router.add_get("/v1/vad/stream", stream_handler)
+    app.router.add_post("/v1/vad/speech_timestamps", timestamps_handler, expect_handler=expect_handler)
+    app.router.add_get("/v1/vad/stream", stream_handler, expect_handler=expect_handler)
 
 
 async def speech_timestamps_route(request: web.Request, services) -> web.Response:
@@ -60,6 +61,7 @@ def _or(value, default):
 
 
 async def stream_route(request: web.Request, services) -> web.WebSocketResponse:
+    require_websocket_upgrade(request)
     max_samples = int(services.config.vad.max_frame_seconds * SAMPLE_RATE)
     # A little above the largest legal frame, so an over-long frame gets our error rather than a bare close.
     ws = web.WebSocketResponse(max_msg_size=max_samples * 4 + (1 << 20), heartbeat=30)

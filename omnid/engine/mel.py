@@ -57,16 +57,13 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80) -> mx.array:
 
     Computed BLOCK_FRAMES at a time: each frame depends only on its own 400 samples, and the clipping below the
     maximum is applied once all blocks are known, so the result equals a single pass over the whole signal."""
-    x = np.asarray(audio, dtype=np.float32)
-    x = np.concatenate([x, np.zeros(HOP_LENGTH, np.float32)])
-    pad = N_FFT // 2
-    if x.size <= pad:  # reflect padding needs more samples than it pads
-        x = np.concatenate([x, np.zeros(pad + 1 - x.size, np.float32)])
-    x = np.concatenate([x[1 : pad + 1][::-1], x, x[-pad - 1 : -1][::-1]])
+    x = _padded(np.asarray(audio, dtype=np.float32))
     n_frames = (x.size - N_FFT) // HOP_LENGTH  # the last STFT frame is dropped
     blocks = []
-    for first in range(0, n_frames, BLOCK_FRAMES):
-        count = min(BLOCK_FRAMES, n_frames - first)
+    # Blocks of equal size: a block of a few frames would take BLAS's matrix-vector path, off by an ulp.
+    size = -(-n_frames // -(-n_frames // BLOCK_FRAMES)) if n_frames else 1
+    for first in range(0, n_frames, size):
+        count = min(size, n_frames - first)
         # One extra frame per block, dropped after the FFT as the whole-signal pass drops its last frame.
         span = mx.array(x[first * HOP_LENGTH : (first + count) * HOP_LENGTH + N_FFT])
         frames = mx.as_strided(span, (count + 1, N_FFT), (HOP_LENGTH, 1))
@@ -79,3 +76,16 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80) -> mx.array:
     log_spec = mx.concatenate(blocks) if len(blocks) > 1 else blocks[0]
     log_spec = mx.maximum(log_spec, log_spec.max() - 8.0)
     return (log_spec + 4.0) / 4.0
+
+
+def _padded(audio: np.ndarray) -> np.ndarray:
+    """160 zeros at the end, then reflect padding of n_fft/2 each side, built with one copy of the audio."""
+    pad = N_FFT // 2
+    tail = np.concatenate([audio[-(pad + 1):], np.zeros(HOP_LENGTH, np.float32)])
+    if audio.size + HOP_LENGTH <= pad:  # reflect padding needs more samples than it pads
+        x = np.concatenate([tail, np.zeros(pad + 1 - tail.size, np.float32)])
+        return np.concatenate([x[1 : pad + 1][::-1], x, x[-pad - 1 : -1][::-1]])
+    head = np.concatenate([audio[: pad + 1], np.zeros(max(0, pad + 1 - audio.size), np.float32)])
+    if audio.size < pad + 1:  # the head's reflection reaches into the zeros after the audio
+        head = np.concatenate([audio, np.zeros(HOP_LENGTH, np.float32)])[: pad + 1]
+    return np.concatenate([head[1 : pad + 1][::-1], audio, np.zeros(HOP_LENGTH, np.float32), tail[-pad - 1 : -1][::-1]])

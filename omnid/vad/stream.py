@@ -64,13 +64,16 @@ def feed_many(model: SileroVAD, feeds: list[tuple[VadStream, np.ndarray]]) -> li
 
 
 def probabilities(model: SileroVAD, audio: np.ndarray, check=lambda: None) -> np.ndarray:
-    """Every 512-sample window of a whole buffer, the last one zero-padded, as Silero's reference does."""
+    """Every 512-sample window of a whole buffer, the last one zero-padded, as Silero's reference does. Only the
+    last step is padded (a copy of an hour of audio would cost 230 MB)."""
     stream = VadStream()
-    tail = (-len(audio)) % WINDOW
-    padded = np.concatenate([np.asarray(audio, np.float32), np.zeros(tail, np.float32)])
+    audio = np.asarray(audio, np.float32)
     out = []
     step = WINDOW * 256  # ~8 s per call keeps cancellation responsive
-    for start in range(0, len(padded), step):
+    for start in range(0, len(audio), step):
         check()
-        out.append(feed_many(model, [(stream, padded[start : start + step])])[0])
+        chunk = audio[start : start + step]
+        if len(chunk) % WINDOW:
+            chunk = np.concatenate([chunk, np.zeros(-len(chunk) % WINDOW, np.float32)])
+        out.append(feed_many(model, [(stream, chunk)])[0])
     return np.concatenate(out) if out else np.zeros(0, np.float32)
