@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 import omnid  # noqa: E402,F401  (OpenBLAS before mlx)
 from omnid.audio import decode_audio  # noqa: E402
 from omnid.config import load_config, load_pins, model_folder  # noqa: E402
-from omnid.engine.transcriber import TranscribeOptions, WhisperEngine  # noqa: E402
-from omnid.session.text import LocalAgreement  # noqa: E402
+from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine  # noqa: E402
+from omnid.realtime.text import LocalAgreement  # noqa: E402
 
 CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
 

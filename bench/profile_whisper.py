@@ -22,12 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
 
-import omnid  # noqa: E402  (OpenBLAS before mlx)
 import mlx.core as mx  # noqa: E402
 
+import omnid  # noqa: E402  (OpenBLAS before mlx)
 from omnid.audio import decode_audio  # noqa: E402
 from omnid.config import load_config, load_pins, model_folder  # noqa: E402
-from omnid.engine.transcriber import TranscribeOptions, WhisperEngine  # noqa: E402
+from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine  # noqa: E402
 
 
 def timed(fn, repeats: int) -> float:

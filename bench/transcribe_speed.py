@@ -66,7 +66,7 @@ def _system(system: str, threads: int, fallback: bool):
     if system.startswith("omnid"):
         import omnid  # noqa: F401  (OpenBLAS preload before mlx)
         from omnid.config import load_config, load_pins, model_folder
-        from omnid.engine.transcriber import TranscribeOptions, WhisperEngine
+        from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
 
         folder = model_folder(load_config().model("tiny.en"))
         engine = WhisperEngine("tiny.en", folder, load_pins()["tiny.en"])
@@ -107,7 +107,7 @@ def _mlx_whisper(fallback: bool):
     import mlx_whisper
 
     from omnid.config import load_config, model_folder
-    from omnid.engine.checkpoint import load_checkpoint
+    from omnid.engine.whisper.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(model_folder(load_config().model("tiny.en")))
     out = Path(tempfile.mkdtemp(prefix="mlxw-"))
@@ -135,7 +135,7 @@ def main() -> None:
         print(json.dumps(worker(args.worker, args.every, args.limit, args.repeats, args.threads, args.fallback)))
         return
 
-    from omnid.scoring import ErrorRate
+    from omnid.evaluation.scoring import ErrorRate
 
     rows = clips(args.every, args.limit)
     audio_s = sum(r["duration_s"] for r in rows)

@@ -43,7 +43,7 @@ def tiny_folder() -> Path:
 def engine(tiny_folder):
     """The real tiny.en engine. Tests call it from one thread at a time (pytest runs tests serially)."""
     from omnid.config import load_pins
-    from omnid.engine.transcriber import WhisperEngine
+    from omnid.engine.whisper.engine import WhisperEngine
 
     return WhisperEngine("tiny.en", tiny_folder, load_pins()["tiny.en"])
 

@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 
 from omnid.config import Config
-from omnid.engine.runtime import EngineRuntime
-from omnid.services import Services
+from omnid.runtime.registry import Services
+from omnid.runtime.scheduler import EngineRuntime
 
 SAMPLE_RATE = 16000
 

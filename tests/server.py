@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from omnid.cli.serve import Server
 from omnid.config import Config, load_config
-from omnid.server import Server
 
 
 class ServerThread:

@@ -10,10 +10,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from omnid.engine.checkpoint import expected_shapes, load_checkpoint
 from omnid.engine.errors import CheckpointError
 from omnid.engine.pins import sha256, verify
-from omnid.engine.whisper import ModelDims, Whisper
+from omnid.engine.whisper.checkpoint import expected_shapes, load_checkpoint
+from omnid.engine.whisper.model import ModelDims, Whisper
 
 SMALL = ModelDims(n_mels=80, n_audio_ctx=24, n_audio_state=32, n_audio_head=4, n_audio_layer=2,
                   n_vocab=51864, n_text_ctx=16, n_text_state=32, n_text_head=4, n_text_layer=2)

@@ -10,7 +10,7 @@ import pytest
 from faster_whisper.feature_extractor import FeatureExtractor
 
 from omnid.audio import AudioDecodeError, decode_audio
-from omnid.engine.mel import log_mel_spectrogram
+from omnid.engine.whisper.mel import log_mel_spectrogram
 from tests.conftest import manifest
 
 CLIPS = ["ljspeech_LJ001-0001", "an4_an369-mtos-b", "librispeech_1688-142285-0009"]

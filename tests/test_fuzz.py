@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from omnid.engine.transcriber import TranscribeOptions
+from omnid.engine.whisper.engine import TranscribeOptions
 from tests.conftest import clip_audio
 from tests.hostile_input import multipart, wav
 from tests.test_realtime import append, as_received

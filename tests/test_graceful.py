@@ -9,7 +9,7 @@ import time
 
 import aiohttp
 
-from omnid.engine.transcriber import TranscribeOptions
+from omnid.engine.whisper.engine import TranscribeOptions
 from tests.conftest import clip_audio
 from tests.test_realtime import append, as_received
 from tests.test_serve import ready_line, spawn

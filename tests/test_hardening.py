@@ -119,7 +119,7 @@ async def test_silence_at_4khz_is_empty_and_the_filter_can_be_turned_off(server)
 
 
 async def test_long_silences_are_cut_and_times_stay_the_files(server, engine):
-    from omnid.engine.transcriber import TranscribeOptions
+    from omnid.engine.whisper.engine import TranscribeOptions
 
     a, b = clip_audio("ljspeech_LJ001-0013"), clip_audio("librispeech_3005-163389-0007")
     gap = 25.0
@@ -346,7 +346,7 @@ async def test_the_outbox_is_bounded_in_bytes_for_a_client_that_never_reads():
     """A writer stuck on a client that never reads: events pile up only to max_pending_bytes, then the session is
     marked overflowed (and ends) while the queue holds no more than the cap."""
     from omnid.api.realtime import Outbox
-    from omnid.session import server_events as ev
+    from omnid.realtime.protocol import server_events as ev
 
     class StuckSocket:
         async def send_str(self, data: str) -> None:

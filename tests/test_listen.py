@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from omnid.engine.transcriber import TranscribeOptions
+from omnid.engine.whisper.engine import TranscribeOptions
 from tests.conftest import CORPUS, clip_audio, manifest
 from tests.test_realtime import as_received, word_errors
 
@@ -52,7 +52,7 @@ def test_ctrl_c_flushes_what_was_said(server, engine):
 
 
 def test_without_portaudio_the_microphone_is_a_clear_message(monkeypatch, capsys):
-    from omnid import listen as module
+    from omnid.cli import listen as module
 
     monkeypatch.setitem(sys.modules, "sounddevice", None)  # import fails as it does without libportaudio
     assert module.portaudio_status() is not None

@@ -14,7 +14,7 @@ import numpy as np
 import soxr
 import websockets
 
-from omnid.engine.transcriber import TranscribeOptions
+from omnid.engine.whisper.engine import TranscribeOptions
 from tests.conftest import clip_audio
 
 VOXT_CLIP = "ljspeech_LJ001-0001"  # 9.7 s of read speech

@@ -11,8 +11,8 @@ import pytest
 
 from omnid.config import load_config, load_pins, model_folder
 from omnid.engine.errors import JobCancelledError, QueueFullError
-from omnid.engine.runtime import EngineRuntime, Priority
-from omnid.engine.transcriber import TranscribeOptions, WhisperEngine
+from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
+from omnid.runtime.scheduler import EngineRuntime, Priority
 from tests.conftest import clip_audio, reference
 
 

@@ -1,4 +1,4 @@
-from omnid.scoring import ErrorRate, edit_distance, tokens
+from omnid.evaluation.scoring import ErrorRate, edit_distance, tokens
 
 
 def test_english_normalisation_follows_evaluation_md():

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from omnid.service import LABEL, Install, Manager, render_plist, render_unit
+from omnid.cli.service import LABEL, Install, Manager, render_plist, render_unit
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ import base64
 import numpy as np
 import pytest
 
-from omnid.session.buffer import AudioBuffer, BufferOverflow, InvalidAudio, decode_pcm16
+from omnid.realtime.buffer import AudioBuffer, BufferOverflow, InvalidAudio, decode_pcm16
 
 
 def b64(samples: np.ndarray) -> str:

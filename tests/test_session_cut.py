@@ -1,6 +1,6 @@
 import numpy as np
 
-from omnid.session.cut import quietest_cut
+from omnid.realtime.cut import quietest_cut
 from omnid.vad.silero import SileroVAD
 from omnid.vad.stream import probabilities
 from tests.conftest import clip_audio

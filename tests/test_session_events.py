@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from omnid.session.events import (
+from omnid.realtime.protocol.client_events import (
     AudioAppend,
     AudioClear,
     AudioCommit,

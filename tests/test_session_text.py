@@ -1,4 +1,4 @@
-from omnid.session.text import LocalAgreement, join_segments
+from omnid.realtime.text import LocalAgreement, join_segments
 
 
 def test_join_spaces_only_between_spaced_scripts():

@@ -7,9 +7,9 @@ import shutil
 
 import numpy as np
 
-from omnid.engine.tokenizer import WhisperTokenizer
-from omnid.engine.transcriber import TranscribeOptions, WhisperEngine
-from omnid.engine.whisper import ModelDims
+from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
+from omnid.engine.whisper.model import ModelDims
+from omnid.engine.whisper.tokenizer import WhisperTokenizer
 from tests.test_checkpoint import random_weights, write_mlx
 
 TEXT = " And so, my fellow Americans: ask not what your country can do for you — ¿qué? 東京"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnid.engine.transcriber import TranscribeOptions
-from omnid.scoring import ErrorRate
+from omnid.engine.whisper.engine import TranscribeOptions
+from omnid.evaluation.scoring import ErrorRate
 from tests.conftest import clip_audio, manifest, reference
 
 GREEDY = TranscribeOptions(temperature=0.0)
@@ -61,7 +61,7 @@ def test_token_limit_reports_length(engine):
 
 
 def test_temperature_sampling_is_seeded_and_valid(engine):
-    from omnid.engine.decoding import DecodeOptions
+    from omnid.engine.whisper.decoding import DecodeOptions
 
     opts = TranscribeOptions(temperature=0.6, decode=DecodeOptions(seed=3))
     a = engine.transcribe(clip_audio("ljspeech_LJ001-0002"), opts)

@@ -254,8 +254,8 @@ def test_health_says_loading_with_503_until_models_are_ready():
     import threading
     import urllib.request
 
+    from omnid.cli.serve import Server
     from omnid.config import load_config
-    from omnid.server import Server
 
     server = Server(load_config(overrides={"server": {"port": 0}}))
     runtime = server.services.transcribers["tiny.en"]

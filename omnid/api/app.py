@@ -15,7 +15,7 @@ from omnid.api.errors import error_middleware
 from omnid.api.fallback import add_catch_all, expect_continue
 from omnid.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from omnid.metrics import gauge
-from omnid.services import Services
+from omnid.runtime.registry import Services
 
 log = structlog.get_logger(__name__)
 SERVICES = web.AppKey("services", Services)

@@ -1,6 +1,6 @@
 """The realtime WebSocket /v1/realtime (wire.md section 3): translates frames into session calls and session
 events into frames. Dialect selection, size caps and the socket's error codes live here; audio, VAD and the
-engine live in omnid.session."""
+engine live in omnid.realtime."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from aiohttp import WSMsgType, web
 from omnid.api.errors import invalid, require_ready
 from omnid.api.fallback import require_websocket_upgrade
 from omnid.engine.errors import QueueFullError
-from omnid.services import Services
-from omnid.session import events as ce
-from omnid.session import server_events as ev
-from omnid.session import settings as st
-from omnid.session.buffer import InvalidAudio, decode_pcm16
-from omnid.session.session import Dialect, Session, SessionError
+from omnid.realtime import settings as st
+from omnid.realtime.buffer import InvalidAudio, decode_pcm16
+from omnid.realtime.protocol import client_events as ce
+from omnid.realtime.protocol import server_events as ev
+from omnid.realtime.session import Dialect, Session, SessionError
+from omnid.runtime.registry import Services
 
 log = structlog.get_logger(__name__)
 DIALECTS = ("voxt", "openai")

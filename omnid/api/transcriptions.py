@@ -17,8 +17,7 @@ from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.echo import shown
 from omnid.engine.errors import JobCancelledError
 from omnid.engine.languages import language_code
-from omnid.engine.runtime import EngineRuntime, Priority
-from omnid.engine.transcriber import (
+from omnid.engine.whisper.engine import (
     Segment,
     TranscribeOptions,
     Transcript,
@@ -26,7 +25,8 @@ from omnid.engine.transcriber import (
 )
 from omnid.formats import CONTENT_TYPES, FORMATS, render
 from omnid.logging import content
-from omnid.models import transcribe_options
+from omnid.runtime.models import transcribe_options
+from omnid.runtime.scheduler import EngineRuntime, Priority
 from omnid.vad.filter import speech_spans
 from omnid.vad.stream import probabilities
 

@@ -12,7 +12,7 @@ from omnid.api.fallback import require_websocket_upgrade
 from omnid.api.forms import FormLimits, integer, number, read_form
 from omnid.audio import AudioDecodeError, decode_audio
 from omnid.engine.errors import QueueFullError
-from omnid.engine.runtime import Priority
+from omnid.runtime.scheduler import Priority
 from omnid.vad.segments import SpeechParams, speech_timestamps
 from omnid.vad.silero import SAMPLE_RATE
 from omnid.vad.stream import VadStream, probabilities

@@ -10,7 +10,7 @@ import asyncio
 
 import numpy as np
 
-from omnid.engine.runtime import EngineRuntime, Priority
+from omnid.runtime.scheduler import EngineRuntime, Priority
 from omnid.vad.silero import SAMPLE_RATE, SileroVAD
 from omnid.vad.stream import VadStream, feed_many
 

@@ -11,8 +11,8 @@ from typing import Callable, Sequence
 import mlx.core as mx
 import numpy as np
 
-from omnid.engine.tokenizer import WhisperTokenizer
-from omnid.engine.whisper import Whisper
+from omnid.engine.whisper.model import Whisper
+from omnid.engine.whisper.tokenizer import WhisperTokenizer
 
 TIME_PRECISION = 0.02  # seconds per timestamp token
 NEG_INF = -np.inf

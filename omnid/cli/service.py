@@ -1,7 +1,7 @@
 """``omnid service install|uninstall|status|print``: run the daemon as a per-user service.
 
 macOS: a LaunchAgent (``launchd/com.omnid.daemon.plist``) in ~/Library/LaunchAgents, loaded with ``launchctl
-bootstrap``. Linux: a systemd user unit (``launchd/omnid.service``) in ~/.config/systemd/user, enabled with
+bootstrap``. Linux: a systemd user unit (``launchd/omnid.cli.service``) in ~/.config/systemd/user, enabled with
 ``systemctl --user``. Both start the daemon of this installation with the user's config, restart it after a
 crash, and write its logs under the user's log folder.
 """
@@ -24,7 +24,7 @@ THROTTLE_S = 10
 
 
 def templates_dir() -> Path:
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # the omnid package
     for candidate in (here.parent / "launchd", here / "_launchd"):
         if candidate.is_dir():
             return candidate

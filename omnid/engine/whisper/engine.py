@@ -16,25 +16,25 @@ import numpy as np
 import structlog
 
 from omnid.engine import pins as pinning
-from omnid.engine.alignment import Word, word_timestamps
-from omnid.engine.checkpoint import load_checkpoint
-from omnid.engine.decoding import (
+from omnid.engine.errors import CheckpointError
+from omnid.engine.whisper.alignment import Word, word_timestamps
+from omnid.engine.whisper.checkpoint import load_checkpoint
+from omnid.engine.whisper.decoding import (
     TIME_PRECISION,
     DecodeOptions,
     DecodeResult,
     LogitRules,
     WindowDecoder,
 )
-from omnid.engine.errors import CheckpointError
-from omnid.engine.mel import (
+from omnid.engine.whisper.mel import (
     FRAMES_PER_SECOND,
     N_FRAMES,
     N_SAMPLES,
     SAMPLE_RATE,
     log_mel_spectrogram,
 )
-from omnid.engine.tokenizer import WhisperTokenizer, tokenizer_files
-from omnid.engine.whisper import Whisper
+from omnid.engine.whisper.model import Whisper
+from omnid.engine.whisper.tokenizer import WhisperTokenizer, tokenizer_files
 
 log = structlog.get_logger(__name__)
 

@@ -24,15 +24,15 @@ import structlog
 
 from omnid.config import RealtimeConfig, TranscriptionConfig
 from omnid.engine.errors import JobCancelledError, QueueFullError
-from omnid.engine.runtime import EngineRuntime, Priority
-from omnid.engine.transcriber import WhisperEngine
+from omnid.engine.whisper.engine import WhisperEngine
 from omnid.logging import content
-from omnid.models import transcribe_options
-from omnid.session import server_events as ev
-from omnid.session.buffer import SAMPLE_RATE, AudioBuffer, BufferOverflow
-from omnid.session.cut import quietest_cut
-from omnid.session.settings import Settings
-from omnid.session.text import LocalAgreement, join_segments
+from omnid.realtime.buffer import SAMPLE_RATE, AudioBuffer, BufferOverflow
+from omnid.realtime.cut import quietest_cut
+from omnid.realtime.protocol import server_events as ev
+from omnid.realtime.settings import Settings
+from omnid.realtime.text import LocalAgreement, join_segments
+from omnid.runtime.models import transcribe_options
+from omnid.runtime.scheduler import EngineRuntime, Priority
 from omnid.vad.batcher import VadBatcher
 from omnid.vad.segments import TurnDetector
 from omnid.vad.silero import WINDOW

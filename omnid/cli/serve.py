@@ -18,13 +18,13 @@ import time
 import structlog
 from aiohttp import web
 
-from omnid.allocator import return_large_buffers
 from omnid.api import realtime
 from omnid.api.app import create_app
 from omnid.api.errors import answer_protocol_errors_in_json
 from omnid.config import Config
 from omnid.logging import reopen_log_file, set_log_content
-from omnid.services import Services
+from omnid.runtime.allocator import return_large_buffers
+from omnid.runtime.registry import Services
 
 log = structlog.get_logger(__name__)
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import msgspec
 
-from omnid import evaluate
 from omnid.audio import AudioDecodeError, decode_audio
+from omnid.cli.progress import Progress
 from omnid.config import Config, ConfigError
 from omnid.engine.languages import language_code
-from omnid.engine.runtime import EngineRuntime
-from omnid.engine.transcriber import TranscribeOptions, WhisperEngine
+from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
+from omnid.evaluation import harness as evaluate
 from omnid.formats import EXTENSIONS, render
-from omnid.models import transcribe_options, whisper_runtime
-from omnid.progress import Progress
+from omnid.runtime.models import transcribe_options, whisper_runtime
+from omnid.runtime.scheduler import EngineRuntime
 
 
 async def _start(config: Config, model_id: str | None) -> EngineRuntime[WhisperEngine]:

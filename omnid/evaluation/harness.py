@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 
-from omnid.scoring import ErrorRate, metric_name
+from omnid.evaluation.scoring import ErrorRate, metric_name
 
 
 class Clip(msgspec.Struct):

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from omnid.engine.tokenizer import WhisperTokenizer
-from omnid.engine.whisper import Whisper
+from omnid.engine.whisper.model import Whisper
+from omnid.engine.whisper.tokenizer import WhisperTokenizer
 
 TOKENS_PER_SECOND = 50  # encoder positions per second of audio
 MEDIAN_WIDTH = 7

@@ -9,9 +9,9 @@ from omnid.config import (
     load_pins,
     model_folder,
 )
-from omnid.engine.decoding import DecodeOptions
-from omnid.engine.runtime import EngineRuntime
-from omnid.engine.transcriber import TranscribeOptions, WhisperEngine
+from omnid.engine.whisper.decoding import DecodeOptions
+from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
+from omnid.runtime.scheduler import EngineRuntime
 
 
 def whisper_runtime(model: ModelConfig, config: Config) -> EngineRuntime[WhisperEngine]:

@@ -13,7 +13,7 @@ from typing import Sequence
 from omnid import __version__
 from omnid.config import ConfigError, load_config
 
-DEFAULT_CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
+DEFAULT_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -106,20 +106,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"omnid: {exc}", file=sys.stderr)
         return 2
     if args.command == "service":
-        from omnid.service import command as service
+        from omnid.cli.service import command as service
 
         return service(args.action, args.config)
     if args.command == "listen":
-        from omnid.listen import run as listen
+        from omnid.cli.listen import run as listen
 
         url = args.url or f"http://{config.server.host}:{config.server.port}"
         return listen(url, args.protocol, args.file, args.speed, args.api_key or config.security.api_key or None)
     if args.command == "doctor":
-        from omnid.doctor import doctor
+        from omnid.cli.doctor import doctor
 
         return doctor(config, args.config)
     if args.command == "serve":
-        from omnid.server import run
+        from omnid.cli.serve import run
 
         if config.server.log_file:
             try:
@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
 
         return run(config, supervised=args.supervised)
-    from omnid.commands import eval_command, transcribe_command
+    from omnid.cli.commands import eval_command, transcribe_command
 
     try:
         if args.command == "transcribe":

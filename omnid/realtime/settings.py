@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from omnid.echo import shown
-from omnid.session.buffer import SAMPLE_RATE
+from omnid.realtime.buffer import SAMPLE_RATE
 
 OPENAI_RATE = 24000
 MODEL_ALIAS = "whisper-1"  # what OpenAI clients ask for; served by the default model

@@ -9,10 +9,10 @@ from pathlib import Path
 import structlog
 
 from omnid.config import Config
-from omnid.engine.runtime import EngineRuntime
-from omnid.engine.transcriber import WhisperEngine
+from omnid.engine.whisper.engine import WhisperEngine
 from omnid.metrics import Metrics
-from omnid.models import whisper_runtime
+from omnid.runtime.models import whisper_runtime
+from omnid.runtime.scheduler import EngineRuntime
 from omnid.vad.batcher import VadBatcher
 from omnid.vad.silero import SileroVAD
 

@@ -1,0 +1,1 @@
+"""Scoring transcripts against references (word error rate) and the corpus evaluation harness behind `omnid eval`."""
