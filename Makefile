@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Each sets up what is missing first (scripts/setup.sh).
 SAMPLE ?= ../shared/corpus/audio/en/jfk_inaugural_excerpt.wav
 
-.PHONY: setup serve transcribe test bench
+.PHONY: setup serve transcribe lint test bench
 
 setup:
 	@scripts/setup.sh
@@ -12,7 +12,11 @@ serve: setup
 transcribe: setup
 	.venv/bin/omnid transcribe $(SAMPLE)
 
-test: setup
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/mypy
+
+test: lint
 	.venv/bin/python -m pytest -q
 
 bench: setup

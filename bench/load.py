@@ -26,7 +26,7 @@ CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
 
 
 def clips(limit: int) -> list[tuple[str, bytes, float]]:
-    rows = [json.loads(l) for l in (CORPUS / "manifest.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (CORPUS / "manifest.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r["language"] == "en" and r["duration_s"] <= 12][:limit]
     return [(Path(r["path"]).name, (CORPUS / r["path"]).read_bytes(), r["duration_s"]) for r in rows]
 
@@ -71,9 +71,10 @@ async def run_level(url: str, n: int, seconds: float, items: list[tuple[str, byt
         await asyncio.gather(*(client(session) for _ in range(n)))
     wall = time.monotonic() - started
     lat = sorted(latencies)
-    pct = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")
-    return {"n": n, "ok": len(lat), "rps": len(lat) / wall, "audio_rate": audio / wall, "p50": statistics.median(lat) if lat else float("nan"),
-            "p95": pct(0.95), "errors": errors, "busy": busy, "wall": wall}
+    p95 = lat[min(len(lat) - 1, int(0.95 * len(lat)))] if lat else float("nan")
+    p50 = statistics.median(lat) if lat else float("nan")
+    return {"n": n, "ok": len(lat), "rps": len(lat) / wall, "audio_rate": audio / wall, "p50": p50,
+            "p95": p95, "errors": errors, "busy": busy, "wall": wall}
 
 
 def main() -> None:

@@ -79,7 +79,7 @@ def main() -> None:
     print(f"  projection alone: contiguous (state, vocab) copy {timed(lambda: mx.eval(dec.logits(row)), args.repeats * 6):6.2f}"
           f", transposed embedding view {timed(lambda: mx.eval(row @ tied.T), args.repeats * 6):6.2f}")
 
-    rows = [json.loads(l) for l in (CORPUS / "manifest.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (CORPUS / "manifest.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r["language"] == "en"][:: args.every]
     audio = [decode_audio(CORPUS / r["path"]) for r in rows]
     total_s = sum(len(a) for a in audio) / 16000

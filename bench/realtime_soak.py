@@ -32,7 +32,7 @@ import soxr
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from omnid.cli.listen import pcm16  # the same PCM16 encoding as omnid's own client
+from omnid.cli.listen import pcm16  # noqa: E402  (the same PCM16 encoding as omnid's own client)
 
 CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
 RATE = 24000

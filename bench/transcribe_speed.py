@@ -29,7 +29,7 @@ SYSTEMS = ["omnid-full", "omnid-content", "faster-whisper-int8", "faster-whisper
 
 
 def clips(every: int, limit: int | None) -> list[dict]:
-    rows = [json.loads(l) for l in (CORPUS / "manifest.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (CORPUS / "manifest.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r["language"] == "en"][::every]
     return rows[:limit] if limit else rows
 

@@ -31,7 +31,7 @@ from omnid.vad.stream import VadStream, feed_many  # noqa: E402
 
 
 def speech(seconds: float) -> np.ndarray:
-    rows = [json.loads(l) for l in (CORPUS / "manifest.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (CORPUS / "manifest.jsonl").read_text().splitlines()]
     parts, total = [], 0
     for r in rows:
         if r["language"] == "en":

@@ -165,9 +165,10 @@ def env_overrides(environ: dict[str, str]) -> tuple[dict[str, Any], dict[tuple[s
         for sec in SECTIONS:
             key = rest[len(sec) + 1 :]
             if rest.startswith(sec + "_") and key in fields[sec]:
+                parsed: Any = value
                 if key in _list_fields(sec):  # a list from the environment: comma-separated
-                    value = [v.strip() for v in value.split(",") if v.strip()]
-                out.setdefault(sec, {})[key] = value
+                    parsed = [v.strip() for v in value.split(",") if v.strip()]
+                out.setdefault(sec, {})[key] = parsed
                 names[(sec, key)] = var
     return out, names
 

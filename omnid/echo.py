@@ -25,4 +25,5 @@ def shown(value: object, limit: int = ECHO_CHARS) -> str:
 
 
 def _kind(value: object) -> str:
-    return {dict: "object", list: "array"}.get(type(value), type(value).__name__)
+    kinds: dict[type, str] = {dict: "object", list: "array"}
+    return kinds.get(type(value), type(value).__name__)

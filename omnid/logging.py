@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Any
 
 import structlog
 
@@ -44,7 +45,7 @@ def configure_logging(level: str | None = None, log_file: str | None = None) -> 
     level_name = (level or os.environ.get("OMNID_LOG_LEVEL", "warning")).upper()
     numeric = getattr(logging, level_name, logging.WARNING)
     _log_file = LogFile(log_file) if log_file else None
-    out = _log_file or sys.stderr
+    out: Any = _log_file or sys.stderr  # a TextIO, or the reopenable file that behaves as one
     renderer = (
         structlog.dev.ConsoleRenderer(colors=False)
         if out.isatty()

@@ -83,7 +83,9 @@ def b64_bytes(raw: bytes) -> str:
 
 
 async def test_recoverable_errors_leave_the_session_working(fake):
-    upd = lambda session: json.dumps({"type": "session.update", "session": session})
+    def upd(session) -> str:
+        return json.dumps({"type": "session.update", "session": session})
+
     async with aiohttp.ClientSession() as http, await connect(http, fake, "voxt") as ws:
         await expect_error(ws, "invalid_json", "{not json")
         await expect_error(ws, "invalid_json", b"\x00\x01")

@@ -121,12 +121,11 @@ def create_app(services: Services) -> web.Application:
     app[SERVICES] = services
     app[STARTED] = time.monotonic()
     app[realtime.REGISTRY] = set()
-    expect = {"expect_handler": expect_continue}
-    app.router.add_get("/health", health, **expect)
-    app.router.add_get("/v1/models", models, **expect)
-    app.router.add_post("/v1/audio/transcriptions", transcribe, **expect)
-    app.router.add_get("/v1/realtime", realtime_socket, **expect)
-    app.router.add_get("/metrics", metrics, **expect)
+    app.router.add_get("/health", health, expect_handler=expect_continue)
+    app.router.add_get("/v1/models", models, expect_handler=expect_continue)
+    app.router.add_post("/v1/audio/transcriptions", transcribe, expect_handler=expect_continue)
+    app.router.add_get("/v1/realtime", realtime_socket, expect_handler=expect_continue)
+    app.router.add_get("/metrics", metrics, expect_handler=expect_continue)
     services.metrics.add_gauges(lambda: _scraped_gauges(app))
     vad.add_routes(app, SERVICES, expect_continue)
     add_catch_all(app)

@@ -88,8 +88,8 @@ async def error_middleware(request: web.Request, handler):
         return busy.response()
     except JobCancelledError:  # the runtime closed under a running request: the daemon is stopping
         return shutting_down().response()
-    except web.HTTPRequestEntityTooLarge as exc:
-        return ApiError(413, f"request body is larger than the {exc.max_size} byte limit", code="request_too_large").response()
+    except web.HTTPRequestEntityTooLarge:
+        return ApiError(413, "request body is larger than the upload limit", code="request_too_large").response()
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -92,7 +93,7 @@ class _Parts:
         self.name = self.value = b""
         self.data = bytearray()
 
-    def callbacks(self) -> dict:
+    def callbacks(self) -> Any:  # python-multipart's MultipartCallbacks, a TypedDict of these
         return {
             "on_part_begin": self.begin, "on_part_data": self.part_data, "on_part_end": self.end,
             "on_header_field": self.header_field, "on_header_value": self.header_value,

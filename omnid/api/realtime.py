@@ -106,6 +106,7 @@ class Connection:
     def _start(self, dialect: Dialect) -> None:
         self.dialect = self.out.dialect = dialect
         settings = self.caps.initial(dialect)
+        assert self.services.vad_batcher is not None  # created with the services
         self.session = Session(
             dialect, settings, self.config, self.services.config.transcription, self.services.transcribers,
             self.services.vad_batcher, self.out.send,

@@ -205,8 +205,8 @@ async def _stream(request: web.Request, req: Request, audio, speech: list[tuple[
     try:
         # Saturation is answered as a plain 503 when it is known before the stream starts.
         await asyncio.wait({job}, timeout=0.05)
-        if job.done() and job.exception() is not None:
-            raise job.exception()
+        if job.done() and (failure := job.exception()) is not None:
+            raise failure
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         raw, sent = "", ""

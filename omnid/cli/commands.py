@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -15,7 +16,7 @@ from omnid.audio import AudioDecodeError, decode_audio
 from omnid.cli.progress import Progress
 from omnid.config import Config, ConfigError
 from omnid.engine.languages import language_code
-from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
+from omnid.engine.whisper.engine import TranscribeOptions, Transcript, WhisperEngine
 from omnid.evaluation import harness as evaluate
 from omnid.formats import EXTENSIONS, render
 from omnid.runtime.models import transcribe_options, whisper_runtime
@@ -107,7 +108,7 @@ async def eval_command(args: argparse.Namespace, config: Config) -> int:
     try:
         for i, clip in enumerate(clips, 1):
             audio = await loop.run_in_executor(None, decode_audio, corpus / clip.path)
-            transcript = await runtime.submit(lambda check, a=audio: engine.transcribe(a, opts, check))
+            transcript = await runtime.submit(partial(_transcribe, engine, audio, opts))
             results[clip.id] = transcript.text
             print(f"\r[{i}/{len(clips)}] {clip.id[:50]:<50}", end="", file=sys.stderr, flush=True)
     finally:
@@ -142,3 +143,7 @@ async def eval_command(args: argparse.Namespace, config: Config) -> int:
 def _default_references(corpus: Path, config: Config) -> list[Path]:
     ref = corpus / "reference" / f"faster-whisper-{config.transcription.default_model}.jsonl"
     return [ref] if ref.exists() else []
+
+
+def _transcribe(engine: WhisperEngine, audio, opts: TranscribeOptions, check) -> Transcript:
+    return engine.transcribe(audio, opts, check)

@@ -61,7 +61,7 @@ async def mic_blocks() -> AsyncIterator[np.ndarray]:
 
     def callback(indata, frames, time_info, status) -> None:
         block = indata[:, 0].copy()
-        loop.call_soon_threadsafe(lambda: queue.full() or queue.put_nowait(block))
+        loop.call_soon_threadsafe(_offer, queue, block)
 
     try:
         stream = sd.InputStream(samplerate=SAMPLE_RATE, channels=1, dtype="float32", blocksize=BLOCK, callback=callback)
@@ -112,6 +112,7 @@ class Listener:
 
     async def start(self) -> None:
         turns = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500}
+        session: dict[str, object]
         if self.protocol == "voxt":
             session = {"turn_detection": turns}
             await self.ws.send_json({"type": "session.update", "session": session})
@@ -181,8 +182,8 @@ async def listen(url: str, protocol: str, source: AsyncIterator[np.ndarray], api
             feeding = asyncio.ensure_future(_feed(ws, source))
             await asyncio.wait([feeding, asyncio.ensure_future(stop.wait()), reader], return_when=asyncio.FIRST_COMPLETED)
             feeding.cancel()
-            if feeding.done() and not feeding.cancelled() and feeding.exception():
-                raise feeding.exception()
+            if feeding.done() and not feeding.cancelled() and (failure := feeding.exception()) is not None:
+                raise failure
             if not ws.closed:
                 await listener.finish()
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -214,3 +215,9 @@ def run(url: str, protocol: str, file: Path | None, speed: float, api_key: str |
     except ListenError as exc:
         print(f"omnid listen: {exc}", file=sys.stderr)
         return 1
+
+
+def _offer(queue: asyncio.Queue[np.ndarray], block: np.ndarray) -> None:
+    """A microphone block for the sender; dropped when 10 s are already waiting."""
+    if not queue.full():
+        queue.put_nowait(block)

@@ -43,6 +43,7 @@ class Server:
 
     async def start(self) -> None:
         await self.runner.setup()
+        assert self.runner.server is not None  # set by setup()
         answer_protocol_errors_in_json(self.runner.server)
         sock = socket.create_server((self.config.server.host, self.config.server.port))
         site = web.SockSite(self.runner, sock)

@@ -192,9 +192,7 @@ class Session:
             seg.speech_at = max(seg.start, k * WINDOW)
 
     def _speech_started(self, sample: int) -> None:
-        if self.segment is None:
-            self._open(max(sample, self.buffer.start, self.uncommitted_from))
-        seg = self.segment
+        seg = self.segment or self._open(max(sample, self.buffer.start, self.uncommitted_from))
         if self.dialect == "openai":
             self.send(ev.SpeechStarted(item_id=seg.item_id, audio_start_ms=_ms(seg.start)))
 
@@ -207,9 +205,10 @@ class Session:
         # The segment keeps the silence that ended it: Whisper ends its decode more cleanly with it.
         self._close(min(now, self.buffer.end))
 
-    def _open(self, start: int) -> None:
+    def _open(self, start: int) -> Segment:
         self.segment = Segment(self.segments_opened, new_item_id(), start)
         self.segments_opened += 1
+        return self.segment
 
     def _cut_if_long(self) -> None:
         seg = self.segment
@@ -228,12 +227,12 @@ class Session:
         speaking = self.turns is not None and self.turns.in_speech
         self._close(cut)
         if self.settings.manual or speaking:
-            self._open(cut)
+            opened = self._open(cut)
             after = [p for k, p in self.recent if k * WINDOW >= cut and p >= self.threshold]
             if speaking or after:
-                self.segment.speech_at = cut
+                opened.speech_at = cut
             if speaking and self.dialect == "openai":
-                self.send(ev.SpeechStarted(item_id=self.segment.item_id, audio_start_ms=_ms(cut)))
+                self.send(ev.SpeechStarted(item_id=opened.item_id, audio_start_ms=_ms(cut)))
 
     def _trim(self) -> None:
         """Audio before the open segment is consumed; without one, server VAD keeps its prefix padding."""

@@ -89,7 +89,8 @@ def turn_detection(value: Any, current: ServerVad | None, param: str = "session.
     spec = _obj(value, param)
     kind = spec.get("type", "server_vad")
     if kind != "server_vad":
-        raise SettingsError("unsupported_session", f"{param}.type", f"turn detection {shown(kind)} is not supported; use server_vad or null")
+        raise SettingsError("unsupported_session", f"{param}.type",
+                            f"turn detection {shown(kind)} is not supported; use server_vad or null")
     base = current or ServerVad()
     out = base
     if "threshold" in spec:

@@ -35,8 +35,8 @@ class VadBatcher:
                 batch, self._pending = self._take_batch()
                 feeds = [(s, x) for s, x, _ in batch]
                 try:
-                    results = await self.runtime.submit(
-                        lambda check, feeds=feeds: feed_many(self.runtime.engine, feeds), Priority.FINAL,
+                    results: list[np.ndarray] = await self.runtime.submit(
+                        lambda check, feeds=feeds: feed_many(self.runtime.engine, feeds), Priority.FINAL,  # type: ignore[misc]
                         audio_s=sum(len(x) for _, x in feeds) / SAMPLE_RATE,
                     )
                 except Exception as exc:  # every waiter of the batch hears of it

@@ -4,7 +4,7 @@ detector with OpenAI's ``server_vad`` knobs for realtime sessions."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,7 +28,7 @@ class _Tracker:
 
     start: int | None = None
     temp_end: int = 0
-    possible_ends: list[tuple[int, int]] | None = None
+    possible_ends: list[tuple[int, int]] = field(default_factory=list)
 
     def open(self, at: int) -> None:
         self.start, self.temp_end, self.possible_ends = at, 0, []

@@ -73,7 +73,7 @@ def read_tensors(path: Path) -> dict[str, mx.array]:
             graph = onnx.load(str(path)).graph
             found = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
             return {k: mx.array(found[v]) for k, v in ONNX_NAMES.items() if v in found}
-        return dict(mx.load(str(path)))
+        return dict(mx.load(str(path)))  # type: ignore[arg-type]  # a .safetensors/.npz file loads as a dict
     except Exception as exc:
         raise CheckpointError(f"{path}: cannot read tensors: {exc}") from exc
 
@@ -102,7 +102,10 @@ class SileroVAD(nn.Module):
                 raise CheckpointError(f"{path}: tensor {name} has shape {tuple(raw[name].shape)}, expected {shape}")
         w = {k: v.astype(mx.float32) for k, v in raw.items()}
         model = cls()
-        conv = lambda t: t.transpose(0, 2, 1)  # torch (out, in, k) -> MLX (out, k, in)
+
+        def conv(t: mx.array) -> mx.array:  # torch (out, in, k) -> MLX (out, k, in)
+            return t.transpose(0, 2, 1)
+
         model.load_weights([
             ("stft", w["stft_conv.weight"][:, 0, :].T),
             *[(f"conv{i}.weight", conv(w[f"conv{i}.weight"])) for i in range(1, 5)],

@@ -52,7 +52,7 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     i, j, path = n, m, []
     while i > 0 and j > 0:
         path.append((i - 1, j - 1))
-        step = move[i, j]
+        step = int(move[i, j])
         if step == 0:
             i, j = i - 1, j - 1
         elif step == 1:

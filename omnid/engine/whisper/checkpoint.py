@@ -265,7 +265,7 @@ def _ct2_map(name: str, arr: np.ndarray, source: Path) -> list[tuple[str, np.nda
 
 def _load_arrays(path: Path) -> dict[str, mx.array]:
     try:
-        return dict(mx.load(str(path)))
+        return dict(mx.load(str(path)))  # type: ignore[arg-type]  # a .safetensors/.npz file loads as a dict
     except Exception as exc:  # MLX raises plain RuntimeError/ValueError for corrupt files
         raise CheckpointError(f"{path}: cannot read tensors: {exc}") from exc
 

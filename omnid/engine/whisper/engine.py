@@ -321,7 +321,7 @@ class WhisperEngine:
         out, pos = [], 0
         for seg_tokens in per_segment:
             text = self.tokenizer.decode(seg_tokens)
-            mine = []
+            mine: list[Word] = []
             while pos < len(words) and len("".join(w.word for w in mine)) < len(text):
                 mine.append(words[pos])
                 pos += 1

@@ -7,7 +7,7 @@ float32: on the CPU backend float16 matmuls are ~5x slower, and on Metal float32
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -94,7 +94,7 @@ class ResidualAttentionBlock(nn.Module):
         self_kv, cross_kv = kv_cache
         y, self_kv = self.attn(self.attn_ln(x), mask=mask, kv_cache=self_kv)
         x = x + y
-        if self.cross_attn is not None:
+        if self.cross_attn is not None and self.cross_attn_ln is not None:
             y, cross_kv = self.cross_attn(self.cross_attn_ln(x), xa, kv_cache=cross_kv)
             x = x + y
         x = x + self.mlp2(nn.gelu(self.mlp1(self.mlp_ln(x))))
@@ -153,7 +153,7 @@ class TextDecoder(nn.Module):
         x = self.token_embedding(tokens) + self.positional_embedding[offset : offset + tokens.shape[-1]]
         n_new = tokens.shape[-1]
         mask = _causal_mask(n_new, offset) if n_new > 1 else None
-        caches = kv_cache or [(None, None)] * len(self.blocks)
+        caches: list[Any] = kv_cache or [(None, None)] * len(self.blocks)
         new_caches = []
         for block, cache in zip(self.blocks, caches):
             x, cache = block(x, xa, mask=mask, kv_cache=cache)
@@ -169,8 +169,8 @@ class TextDecoder(nn.Module):
         for block in self.blocks:
             y, _ = block.attn(block.attn_ln(x), mask=mask)
             x = x + y
-            attn = block.cross_attn
-            h = block.cross_attn_ln(x)
+            attn, norm = _cross(block)
+            h = norm(x)
             q, k, v = (attn.split_heads(f(t)) for f, t in ((attn.query, h), (attn.key, xa), (attn.value, xa)))
             w = mx.softmax((q @ k.transpose(0, 1, 3, 2)) * q.shape[-1] ** -0.5, axis=-1)
             weights.append(w)
@@ -194,7 +194,7 @@ class TextDecoder(nn.Module):
 
     def cross_kv(self, xa: mx.array) -> list[tuple[None, KVCache]]:
         """Cross-attention keys and values of one window, computed once and reused for every token."""
-        attn = [b.cross_attn for b in self.blocks]
+        attn = [_cross(b)[0] for b in self.blocks]
         # Contiguous, or every step's attention would copy the strided view again.
         return [(None, (mx.contiguous(a.split_heads(a.key(xa))), mx.contiguous(a.split_heads(a.value(xa))))) for a in attn]
 
@@ -215,3 +215,9 @@ class Whisper(nn.Module):
         self.decoder = TextDecoder(
             dims.n_vocab, dims.n_text_ctx, dims.n_text_state, dims.n_text_head, dims.n_text_layer
         )
+
+
+def _cross(block: ResidualAttentionBlock) -> tuple[MultiHeadAttention, nn.LayerNorm]:
+    """A decoder block's cross-attention and its norm (decoder blocks always have them)."""
+    assert block.cross_attn is not None and block.cross_attn_ln is not None
+    return block.cross_attn, block.cross_attn_ln
