@@ -8,6 +8,7 @@ what a file claims or how well it compresses (an hour of silence fits in a few h
 from __future__ import annotations
 
 import io
+import wave
 from pathlib import Path
 from typing import BinaryIO
 
@@ -146,3 +147,19 @@ def _to_mono(frame: av.AudioFrame) -> np.ndarray:
     elif fmt.name.startswith("s64"):
         data /= 9.223372036854775808e18
     return data.mean(axis=0) if data.shape[0] > 1 else data[0]
+
+
+def pcm16(samples: np.ndarray) -> bytes:
+    """Float samples in [-1, 1] as little-endian 16-bit PCM (rounded, clipped): what /v1/realtime carries."""
+    return np.clip(np.round(np.asarray(samples, np.float64) * 32768), -32768, 32767).astype("<i2").tobytes()
+
+
+def wav_bytes(samples: np.ndarray, rate: int = SAMPLE_RATE, channels: int = 1) -> bytes:
+    """A 16-bit PCM WAV file of float samples (interleaved when ``channels`` > 1)."""
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm16(samples))
+    return buf.getvalue()

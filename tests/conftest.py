@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
 
 import omnid  # noqa: F401  (preloads OpenBLAS before any test imports mlx)
-from omnid.audio import decode_audio
 from omnid.config import load_config, model_folder
-
-CORPUS = Path(os.environ.get("OMNID_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
-
-
-def manifest() -> dict[str, dict]:
-    return {d["id"]: d for d in map(json.loads, (CORPUS / "manifest.jsonl").read_text().splitlines())}
-
-
-def reference(system: str = "faster-whisper-tiny.en") -> dict[str, str]:
-    lines = (CORPUS / "reference" / f"{system}.jsonl").read_text().splitlines()
-    return {d["id"]: d["text"] for d in map(json.loads, lines)}
-
-
-def clip_audio(clip_id: str):
-    return decode_audio(CORPUS / manifest()[clip_id]["path"])
+from tests.helpers import CORPUS
 
 
 @pytest.fixture(scope="session")

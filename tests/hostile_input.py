@@ -10,6 +10,8 @@ import struct
 import av
 import numpy as np
 
+from omnid.audio import pcm16
+
 
 def flac_silence(seconds: float, rate: int = 48000) -> bytes:
     """A FLAC file of digital silence: about 0.5 MB holds an hour at 48 kHz (a decompression bomb)."""
@@ -30,9 +32,10 @@ def flac_silence(seconds: float, rate: int = 48000) -> bytes:
 
 def wav(samples: np.ndarray | None = None, *, rate: int = 16000, channels: int = 1, bits: int = 16,
         fmt: int = 1, data: bytes | None = None) -> bytes:
-    """A RIFF/WAVE file with any header fields, valid or not."""
+    """A RIFF/WAVE file with any header fields, valid or not (the wave module writes only valid ones; valid files
+    come from omnid.audio.wav_bytes)."""
     if data is None:
-        data = (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes() if samples is not None else b""
+        data = pcm16(samples) if samples is not None else b""
     align = channels * max(bits, 0) // 8
     fmt_chunk = struct.pack("<HHIIHH", fmt & 0xFFFF, channels & 0xFFFF, rate & 0xFFFFFFFF,
                             (rate * align) & 0xFFFFFFFF, align & 0xFFFF, bits & 0xFFFF)

@@ -12,8 +12,9 @@ import pytest
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.pins import sha256, verify
-from omnid.engine.whisper.checkpoint import expected_shapes, load_checkpoint
+from omnid.engine.whisper.checkpoint import load_checkpoint
 from omnid.engine.whisper.model import ModelDims, Whisper
+from tests.helpers import random_weights, write_mlx
 
 SMALL = ModelDims(n_mels=80, n_audio_ctx=24, n_audio_state=32, n_audio_head=4, n_audio_layer=2,
                   n_vocab=51864, n_text_ctx=16, n_text_state=32, n_text_head=4, n_text_layer=2)
@@ -38,22 +39,6 @@ def to_hf(name: str) -> str:
         module, leaf = rest.rsplit(".", 1)
         name = f"{side}.layers.{i}.{HF_BLOCK[module]}.{leaf}"
     return "model." + name
-
-
-def random_weights(dims: ModelDims, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {k: (rng.standard_normal(s) * 0.2).astype(np.float32) for k, s in expected_shapes(dims).items()}
-
-
-def write_mlx(folder: Path, dims: ModelDims, weights: dict[str, np.ndarray], npz: bool = False) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps({**dims.__dict__, "model_type": "whisper"}))
-    arrays = {k: mx.array(v).astype(mx.float16) for k, v in weights.items()}
-    if npz:
-        mx.savez(str(folder / "weights.npz"), **arrays)
-    else:
-        mx.save_safetensors(str(folder / "weights.safetensors"), arrays)
-    return folder
 
 
 def write_hf(folder: Path, dims: ModelDims, weights: dict[str, np.ndarray]) -> Path:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import manifest, reference
+from tests.helpers import manifest, reference
 
 ROOT = Path(__file__).resolve().parents[1]
 

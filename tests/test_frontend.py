@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import io
-import wave
-
 import numpy as np
 import pytest
 from faster_whisper.feature_extractor import FeatureExtractor
 
-from omnid.audio import AudioDecodeError, decode_audio
+from omnid.audio import AudioDecodeError, decode_audio, wav_bytes
 from omnid.engine.whisper.mel import log_mel_spectrogram
-from tests.conftest import manifest
+from tests.helpers import manifest
 
 CLIPS = ["ljspeech_LJ001-0001", "an4_an369-mtos-b", "librispeech_1688-142285-0009"]
 
@@ -40,21 +37,11 @@ def test_every_container_in_the_corpus_decodes_to_16k_mono(corpus):
         assert 0 < np.abs(audio).max() <= 1.0
 
 
-def _wav(samples: np.ndarray, rate: int, channels: int) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(channels)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((samples * 32767).astype("<i2").tobytes())
-    return buf.getvalue()
-
-
 def test_stereo_44k_is_downmixed_and_resampled():
     t = np.arange(44100) / 44100
     left, right = np.sin(2 * np.pi * 440 * t), np.zeros_like(t)
     stereo = np.stack([left, right], axis=1).reshape(-1) * 0.5
-    audio = decode_audio(_wav(stereo, 44100, 2))
+    audio = decode_audio(wav_bytes(stereo, 44100, 2))
     assert abs(len(audio) - 16000) <= 2
     assert 0.2 < np.abs(audio).max() < 0.3  # half of the left channel's 0.5 peak
 
@@ -64,7 +51,7 @@ def test_stereo_44k_is_downmixed_and_resampled():
     [
         (b"", "empty"),
         (b"this is plain text, not audio" * 10, "not a recognised audio format"),
-        (_wav(np.zeros(16000), 16000, 1)[:30], "not a recognised audio format|no decodable audio|corrupt"),
+        (wav_bytes(np.zeros(16000), 16000, 1)[:30], "not a recognised audio format|no decodable audio|corrupt"),
     ],
 )
 def test_bad_input_is_a_clear_error(data, message):
@@ -74,4 +61,4 @@ def test_bad_input_is_a_clear_error(data, message):
 
 def test_length_cap_stops_decoding_early():
     with pytest.raises(AudioDecodeError, match="longer than the 0.5 s limit"):
-        decode_audio(_wav(np.zeros(16000), 16000, 1), max_seconds=0.5)
+        decode_audio(wav_bytes(np.zeros(16000), 16000, 1), max_seconds=0.5)

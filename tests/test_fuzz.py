@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from omnid.audio import pcm16
 from omnid.engine.whisper.engine import TranscribeOptions
-from tests.conftest import clip_audio
+from tests.helpers import append, as_received, clip_audio
 from tests.hostile_input import multipart, wav
-from tests.test_realtime import append, as_received
 
 FUZZ = settings(max_examples=300, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -122,7 +122,7 @@ def audio_files(draw) -> bytes:
     seconds = draw(st.floats(min_value=0.0, max_value=2.0))
     rate = draw(st.sampled_from([8000, 16000, 22050, 44100, 48000, 4000, 0, 1, 2**31 - 1, 96000]))
     samples = np.random.default_rng(draw(st.integers(0, 1000))).standard_normal(int(seconds * 16000)) * 0.001
-    data = (samples * 32767).astype("<i2").tobytes()
+    data = pcm16(samples)
     header = dict(rate=rate, channels=draw(st.sampled_from([1, 2, 0, 7, 65535])),
                   bits=draw(st.sampled_from([16, 8, 0, 24, 32, 13])), fmt=draw(st.sampled_from([1, 3, 0, 0xFFFE, 85])))
     body = wav(data=data, **header)

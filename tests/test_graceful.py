@@ -10,9 +10,7 @@ import time
 import aiohttp
 
 from omnid.engine.whisper.engine import TranscribeOptions
-from tests.conftest import clip_audio
-from tests.test_realtime import append, as_received
-from tests.test_serve import ready_line, spawn
+from tests.helpers import append, as_received, clip_audio, ready_line, spawn
 
 
 async def test_sigterm_during_a_session_sends_its_final_then_closes(engine):

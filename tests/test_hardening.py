@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import clip_audio
 from tests.fake_engine import fake_services
+from tests.helpers import append, clip_audio, collect, ready_line, spawn
 from tests.hostile_input import (
     BOUNDARY,
     flac_silence,
@@ -28,8 +28,6 @@ from tests.hostile_input import (
     wav,
 )
 from tests.server import ServerThread
-from tests.test_realtime import append, collect
-from tests.test_serve import ready_line, spawn
 
 TRANSCRIBE = "/v1/audio/transcriptions"
 

@@ -12,8 +12,7 @@ import time
 import pytest
 
 from omnid.engine.whisper.engine import TranscribeOptions
-from tests.conftest import CORPUS, clip_audio, manifest
-from tests.test_realtime import as_received, word_errors
+from tests.helpers import CORPUS, as_received, clip_audio, manifest, word_errors
 
 CLIP = "librispeech_3080-5032-0000"  # 4.6 s
 

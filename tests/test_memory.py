@@ -17,9 +17,8 @@ import aiohttp
 import numpy as np
 import pytest
 
-from tests.conftest import clip_audio
+from tests.helpers import append, clip_audio
 from tests.hostile_input import flac_silence, multipart, noise, post_head, raw_request, wav
-from tests.test_realtime import append
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSCRIBE = "/v1/audio/transcriptions"

@@ -7,8 +7,7 @@ import json
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import CORPUS, clip_audio, manifest
-from tests.test_realtime import append
+from tests.helpers import CORPUS, append, clip_audio, manifest
 
 
 async def scrape(http, url: str) -> dict[str, list]:

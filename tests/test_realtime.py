@@ -4,10 +4,8 @@ official SDK (GA shape) and a raw websockets client (beta shape), real tiny.en a
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import re
-import time
 
 import aiohttp
 import numpy as np
@@ -15,59 +13,10 @@ import soxr
 import websockets
 
 from omnid.engine.whisper.engine import TranscribeOptions
-from tests.conftest import clip_audio
+from tests.helpers import append, as_received, b64, clip_audio, collect, silence, word_errors
 
 VOXT_CLIP = "ljspeech_LJ001-0001"  # 9.7 s of read speech
 SHORT_CLIPS = ["ljspeech_LJ001-0013", "librispeech_3005-163389-0007"]  # 2.6 s and 2.0 s
-
-
-def quantize(audio: np.ndarray) -> np.ndarray:
-    """What the server receives: PCM16."""
-    return np.clip(np.round(audio * 32768), -32768, 32767).astype("<i2")
-
-
-def b64(audio: np.ndarray) -> str:
-    return base64.b64encode(quantize(audio).tobytes()).decode()
-
-
-def as_received(audio: np.ndarray) -> np.ndarray:
-    return quantize(audio).astype(np.float32) / 32768.0
-
-
-def append(audio: np.ndarray) -> str:
-    return json.dumps({"type": "input_audio_buffer.append", "audio": b64(audio)})
-
-
-def silence(seconds: float, rate: int = 16000) -> np.ndarray:
-    return np.zeros(int(seconds * rate), np.float32)
-
-
-def words(text: str) -> list[str]:
-    return re.sub(r"[^\w' ]", " ", text.lower()).split()
-
-
-def word_errors(a: str, b: str) -> int:
-    x, y = words(a), words(b)
-    d = list(range(len(y) + 1))
-    for i, wx in enumerate(x, 1):
-        prev, d[0] = d[0], i
-        for j, wy in enumerate(y, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (wx != wy))
-    return d[-1]
-
-
-async def collect(ws, until, timeout: float = 60.0) -> list[dict]:
-    """Events (as dicts) until ``until(event)`` is true, or the socket closes."""
-    events: list[dict] = []
-    deadline = time.monotonic() + timeout
-    while True:
-        msg = await asyncio.wait_for(ws.receive(), max(0.1, deadline - time.monotonic()))
-        if msg.type != aiohttp.WSMsgType.TEXT:
-            return events
-        event = json.loads(msg.data)
-        events.append(event)
-        if until(event):
-            return events
 
 
 # --- Voxt dialect ---------------------------------------------------------------------------------------------

@@ -15,10 +15,9 @@ import pytest
 import soxr
 
 from omnid.api.realtime import REGISTRY
-from tests.conftest import clip_audio
 from tests.fake_engine import fake_services
+from tests.helpers import append, clip_audio, collect, silence
 from tests.server import ServerThread
-from tests.test_realtime import append, collect, silence
 
 CAPS = {"max_sessions": 3, "max_frame_bytes": 65536, "max_session_s": 40.0, "max_segment_s": 2.0,
         "max_backlog_s": 5.0}

@@ -13,7 +13,7 @@ from omnid.config import load_config, load_pins, model_folder
 from omnid.engine.errors import JobCancelledError, QueueFullError
 from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
 from omnid.runtime.scheduler import EngineRuntime, Priority
-from tests.conftest import clip_audio, reference
+from tests.helpers import clip_audio, reference
 
 
 class Blocker:

@@ -96,12 +96,12 @@ async def test_by_default_no_browser_origin_is_allowed(server):
 async def test_transcript_text_reaches_logs_only_when_log_content_is_on():
     import structlog
 
-    from tests.test_realtime import append
+    from tests.helpers import append
 
     async def one_final(srv) -> list[dict]:
         with structlog.testing.capture_logs() as logs:
             async with aiohttp.ClientSession() as http, http.ws_connect(srv.ws_url + "/v1/realtime?protocol=voxt") as ws:
-                from tests.conftest import clip_audio
+                from tests.helpers import clip_audio
 
                 await ws.send_str(append(clip_audio("ljspeech_LJ001-0013")))
                 await ws.send_str('{"type": "transcription.done"}')

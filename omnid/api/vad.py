@@ -10,11 +10,10 @@ from aiohttp import WSMsgType, web
 from omnid.api.errors import invalid, require_ready
 from omnid.api.fallback import require_websocket_upgrade
 from omnid.api.forms import FormLimits, integer, number, read_form
-from omnid.audio import AudioDecodeError, decode_audio
+from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.engine.errors import QueueFullError
 from omnid.runtime.scheduler import Priority
 from omnid.vad.segments import SpeechParams, speech_timestamps
-from omnid.vad.silero import SAMPLE_RATE
 from omnid.vad.stream import VadStream, probabilities
 
 # Durations (ms) the speech-timestamp fields accept: an hour; longer means nothing for speech.

@@ -20,7 +20,9 @@ from typing import AsyncIterator, TextIO
 import aiohttp
 import numpy as np
 
-SAMPLE_RATE = 16000
+from omnid.audio import SAMPLE_RATE
+from omnid.audio import pcm16 as audio_pcm16
+
 BLOCK = SAMPLE_RATE // 10  # 100 ms
 
 
@@ -73,7 +75,8 @@ async def mic_blocks() -> AsyncIterator[np.ndarray]:
 
 
 def pcm16(block: np.ndarray) -> str:
-    return base64.b64encode(np.clip(np.round(block * 32768), -32768, 32767).astype("<i2").tobytes()).decode()
+    """A block as the realtime socket carries it: base64 of little-endian PCM16."""
+    return base64.b64encode(audio_pcm16(block)).decode()
 
 
 @dataclass

@@ -10,7 +10,7 @@ import binascii
 import numpy as np
 import soxr
 
-SAMPLE_RATE = 16000
+from omnid.audio import SAMPLE_RATE
 
 
 class InvalidAudio(ValueError):

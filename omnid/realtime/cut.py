@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-SAMPLE_RATE = 16000
-VAD_WINDOW = 512
+from omnid.audio import SAMPLE_RATE
+from omnid.vad.silero import WINDOW as VAD_WINDOW
+
 ENERGY_FRAME = 320  # 20 ms
 
 

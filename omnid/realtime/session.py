@@ -22,11 +22,12 @@ from typing import Literal
 import numpy as np
 import structlog
 
+from omnid.audio import SAMPLE_RATE
 from omnid.config import RealtimeConfig, TranscriptionConfig
 from omnid.engine.errors import JobCancelledError, QueueFullError
 from omnid.engine.whisper.engine import WhisperEngine
 from omnid.logging import content
-from omnid.realtime.buffer import SAMPLE_RATE, AudioBuffer, BufferOverflow
+from omnid.realtime.buffer import AudioBuffer, BufferOverflow
 from omnid.realtime.cut import quietest_cut
 from omnid.realtime.protocol import server_events as ev
 from omnid.realtime.settings import Settings

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from omnid.audio import SAMPLE_RATE
 from omnid.echo import shown
-from omnid.realtime.buffer import SAMPLE_RATE
 
 OPENAI_RATE = 24000
 MODEL_ALIAS = "whisper-1"  # what OpenAI clients ask for; served by the default model

@@ -10,8 +10,9 @@ import asyncio
 
 import numpy as np
 
+from omnid.audio import SAMPLE_RATE
 from omnid.runtime.scheduler import EngineRuntime, Priority
-from omnid.vad.silero import SAMPLE_RATE, SileroVAD
+from omnid.vad.silero import SileroVAD
 from omnid.vad.stream import VadStream, feed_many
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from omnid.audio import SAMPLE_RATE
 from omnid.vad.segments import SpeechParams, speech_timestamps
-from omnid.vad.silero import SAMPLE_RATE
 
 
 def speech_spans(probs: np.ndarray, n_samples: int, threshold: float, min_silence_s: float,

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from omnid.vad.silero import SAMPLE_RATE, WINDOW
+from omnid.audio import SAMPLE_RATE
+from omnid.vad.silero import WINDOW
 
 
 @dataclass(frozen=True)

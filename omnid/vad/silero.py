@@ -16,7 +16,6 @@ import numpy as np
 
 from omnid.engine.errors import CheckpointError
 
-SAMPLE_RATE = 16000
 WINDOW = 512  # new samples per step
 CONTEXT = 64  # samples carried over from the previous window
 N_FFT = 256

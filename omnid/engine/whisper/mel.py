@@ -12,7 +12,8 @@ from functools import lru_cache
 import mlx.core as mx
 import numpy as np
 
-SAMPLE_RATE = 16000
+from omnid.audio import SAMPLE_RATE  # Whisper hears 16 kHz, as every omnid engine does
+
 N_FFT = 400
 HOP_LENGTH = 160
 CHUNK_SECONDS = 30

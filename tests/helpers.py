@@ -1,0 +1,138 @@
+"""What many tests share: the corpus, audio as the daemon receives it, realtime clients' frames and event reading,
+the daemon as a subprocess, and small random checkpoints. Tests import from here, never from each other."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+import mlx.core as mx
+import numpy as np
+
+import omnid  # noqa: F401  (preloads OpenBLAS before anything imports mlx)
+from omnid.audio import decode_audio, pcm16
+from omnid.engine.whisper.checkpoint import expected_shapes
+from omnid.engine.whisper.model import ModelDims
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
+
+# --- the corpus -------------------------------------------------------------------------------------------------
+
+
+def manifest() -> dict[str, dict]:
+    return {d["id"]: d for d in map(json.loads, (CORPUS / "manifest.jsonl").read_text().splitlines())}
+
+
+def reference(system: str = "faster-whisper-tiny.en") -> dict[str, str]:
+    lines = (CORPUS / "reference" / f"{system}.jsonl").read_text().splitlines()
+    return {d["id"]: d["text"] for d in map(json.loads, lines)}
+
+
+def clip_audio(clip_id: str) -> np.ndarray:
+    return decode_audio(CORPUS / manifest()[clip_id]["path"])
+
+
+# --- audio as the realtime socket carries it --------------------------------------------------------------------
+
+
+def quantize(audio: np.ndarray) -> np.ndarray:
+    """What the server receives: PCM16 samples."""
+    return np.frombuffer(pcm16(audio), dtype="<i2")
+
+
+def b64(audio: np.ndarray) -> str:
+    return base64.b64encode(pcm16(audio)).decode()
+
+
+def as_received(audio: np.ndarray) -> np.ndarray:
+    return quantize(audio).astype(np.float32) / 32768.0
+
+
+def append(audio: np.ndarray) -> str:
+    return json.dumps({"type": "input_audio_buffer.append", "audio": b64(audio)})
+
+
+def silence(seconds: float, rate: int = 16000) -> np.ndarray:
+    return np.zeros(int(seconds * rate), np.float32)
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^\w' ]", " ", text.lower()).split()
+
+
+def word_errors(a: str, b: str) -> int:
+    x, y = words(a), words(b)
+    d = list(range(len(y) + 1))
+    for i, wx in enumerate(x, 1):
+        prev, d[0] = d[0], i
+        for j, wy in enumerate(y, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (wx != wy))
+    return d[-1]
+
+
+async def collect(ws: aiohttp.ClientWebSocketResponse, until, timeout: float = 60.0) -> list[dict]:
+    """Events (as dicts) until ``until(event)`` is true, or the socket closes."""
+    events: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = await asyncio.wait_for(ws.receive(), max(0.1, deadline - time.monotonic()))
+        if msg.type != aiohttp.WSMsgType.TEXT:
+            return events
+        event = json.loads(msg.data)
+        events.append(event)
+        if until(event):
+            return events
+
+
+# --- the daemon as a subprocess ---------------------------------------------------------------------------------
+
+
+def spawn(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "omnid", *args], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
+    )
+
+
+def ready_line(proc: subprocess.Popen) -> dict:
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read()
+    return json.loads(line)
+
+
+def get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+# --- small random checkpoints -----------------------------------------------------------------------------------
+
+
+def random_weights(dims: ModelDims, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {k: (rng.standard_normal(s) * 0.2).astype(np.float32) for k, s in expected_shapes(dims).items()}
+
+
+def write_mlx(folder: Path, dims: ModelDims, weights: dict[str, np.ndarray], npz: bool = False) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({**dims.__dict__, "model_type": "whisper"}))
+    arrays = {k: mx.array(v).astype(mx.float16) for k, v in weights.items()}
+    if npz:
+        mx.savez(str(folder / "weights.npz"), **arrays)
+    else:
+        mx.save_safetensors(str(folder / "weights.safetensors"), arrays)
+    return folder
