@@ -106,6 +106,8 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
     kind: Literal["whisper"] = "whisper"
     path: str = ""
     package: str = ""
+    # Other names requests may use for this model (HTTP `model`, a realtime session's model).
+    aliases: list[str] = msgspec.field(default_factory=list)
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True):
@@ -264,6 +266,9 @@ def _check_values(config: Config) -> None:
     ids = [m.id for m in config.models]
     if len(set(ids)) != len(ids):
         raise ConfigError("models: model ids must be unique")
+    names = ids + [a for m in config.models for a in m.aliases] + [config.vad.id]
+    if len(set(names)) != len(names):
+        raise ConfigError("models: every model id and alias (and vad.id) must name one model only")
     if t.default_model not in ids:
         raise ConfigError(f"transcription.default_model: {t.default_model!r} is not among models")
 

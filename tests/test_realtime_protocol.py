@@ -116,7 +116,7 @@ async def test_openai_recoverable_errors(fake):
         await expect_error(ws, "unsupported_session", json.dumps({"type": "session.update", "session": {
             "type": "realtime"}}))
         await expect_error(ws, "unsupported_session", json.dumps({"type": "transcription_session.update", "session": {
-            "input_audio_transcription": {"model": "gpt-4o-transcribe"}}}))
+            "input_audio_transcription": {"model": "no-such-model"}}}))
         await expect_error(ws, "invalid_event", json.dumps({"type": "transcription.done"}))
         await send(ws, {"type": "input_audio_buffer.clear"})
         assert (await next_event(ws))["type"] == "input_audio_buffer.cleared"

@@ -46,18 +46,23 @@ async def health(request: web.Request) -> web.Response:
         "status": "healthy" if services.ready else "loading",
         "running": True,
         "request_states": services.request_states(),
-        "models": {r.name: r.request_states for r in services.runtimes()},
+        "models": {r.name: {"kind": services.kind(r.name), "status": _status(r), "request_states": r.request_states}
+                   for r in services.runtimes()},
         "realtime_sessions": len(request.app[realtime.REGISTRY]),
         "uptime_s": round(time.monotonic() - request.app[STARTED], 3),
     }
     return json_response(body, 200 if services.ready else 503)
 
 
+def _status(runtime) -> str:
+    return "ready" if runtime.loaded else "loading"
+
+
 async def models(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
-    cards = [ModelCard(mid) for mid in services.transcribers]
+    cards = [ModelCard(name, kind=services.kind(name)) for name in services.transcribers]
     if services.vad is not None:
-        cards.append(ModelCard(services.vad.name, kind="silero_vad"))
+        cards.append(ModelCard(services.vad.name, kind=services.kind(services.vad.name)))
     return json_response(ModelList(cards))
 
 

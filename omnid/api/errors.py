@@ -46,11 +46,21 @@ def shutting_down() -> ApiError:
 
 
 def require_ready(services) -> None:
-    """Refuses work while the engines are still loading, or once the daemon is shutting down."""
+    """Refuses work once the daemon is shutting down, or while the VAD every route relies on is still loading."""
     if services.draining:
         raise shutting_down()
-    if not services.ready:
-        raise ApiError(503, "models are still loading", code="loading", type="server_error", headers={"Retry-After": "1"})
+    if services.vad is None or not services.vad.loaded:
+        raise loading("the voice activity detector")
+
+
+def require_loaded(runtime) -> None:
+    """A request for one model waits for that model only: another may still be loading."""
+    if not runtime.loaded:
+        raise loading(f"model {runtime.name}")
+
+
+def loading(what: str) -> ApiError:
+    return ApiError(503, f"{what} is still loading", code="loading", type="server_error", headers={"Retry-After": "1"})
 
 
 def invalid(param: str, message: str, code: str = "invalid_value") -> ApiError:

@@ -12,7 +12,7 @@ import msgspec
 import structlog
 from aiohttp import WSMsgType, web
 
-from omnid.api.errors import invalid, require_ready
+from omnid.api.errors import invalid, require_loaded, require_ready
 from omnid.api.fallback import require_websocket_upgrade
 from omnid.engine.errors import QueueFullError
 from omnid.realtime import settings as st
@@ -92,8 +92,8 @@ class Connection:
         self.session: Session | None = None
         self.session_id = "sess_" + secrets.token_hex(10)
         self.caps = st.Capabilities(
-            default_model=services.config.transcription.default_model,
-            languages={mid: rt.engine.languages for mid, rt in services.transcribers.items()},
+            catalog=services.catalog,
+            languages={mid: rt.engine.languages for mid, rt in services.transcribers.items() if rt.loaded},
             min_rate=self.config.min_rate,
             max_rate=self.config.max_rate,
             max_prompt_chars=services.config.transcription.max_prompt_chars,
@@ -207,6 +207,7 @@ async def handle(request: web.Request, services: Services) -> web.StreamResponse
         raise invalid("protocol", f"protocol must be one of {', '.join(DIALECTS)}")
     require_websocket_upgrade(request)
     require_ready(services)
+    require_loaded(services.transcribers[services.catalog.default])  # a session starts on the default model
     # aiohttp's own cap is a backstop well above ours, so an over-cap frame still gets the spec's error.
     ws = web.WebSocketResponse(max_msg_size=2 * config.max_frame_bytes + 65536, autoping=True, heartbeat=30)
     await ws.prepare(request)

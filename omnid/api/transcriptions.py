@@ -11,12 +11,11 @@ import msgspec
 import structlog
 from aiohttp import web
 
-from omnid.api.errors import ApiError, invalid, require_ready, shutting_down
+from omnid.api.errors import ApiError, invalid, require_loaded, require_ready, shutting_down
 from omnid.api.forms import Form, FormLimits, flag, integer, number, read_form, text
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.echo import shown
 from omnid.engine.errors import JobCancelledError
-from omnid.engine.languages import language_code
 from omnid.engine.whisper.engine import (
     Segment,
     TranscribeOptions,
@@ -25,6 +24,7 @@ from omnid.engine.whisper.engine import (
 )
 from omnid.formats import CONTENT_TYPES, FORMATS, render
 from omnid.logging import content
+from omnid.runtime.catalog import NotTranscription, UnknownLanguage, UnknownModel, UnsupportedLanguage, resolve_language
 from omnid.runtime.models import transcribe_options
 from omnid.runtime.scheduler import EngineRuntime, Priority
 from omnid.vad.filter import speech_spans
@@ -32,7 +32,6 @@ from omnid.vad.stream import probabilities
 
 log = structlog.get_logger(__name__)
 
-ALIASES = {"whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe"}
 GRANULARITIES = {"segment", "word"}
 AUDIO_LAYOUTS = {"reference", "voxt_swift"}
 VAD_FILTER_THRESHOLD = 0.5  # Silero's own default
@@ -93,14 +92,14 @@ def parse(form: Form, services) -> Request:
             raise invalid("timestamp_granularities[]", f"timestamp_granularities[] must be 'segment' or 'word', got {shown(g)}")
     if grans and fmt != "verbose_json":
         raise invalid("timestamp_granularities[]", "timestamp_granularities[] needs response_format=verbose_json")
-    language = None
-    raw_lang = (form.get("language") or "").strip()
-    if raw_lang:
-        language = language_code(raw_lang)
-        if language is None:
-            raise invalid("language", f"language {shown(raw_lang)} is not a known ISO-639-1 code or language name")
-        if language not in engine.languages:
-            raise invalid("language", f"language {shown(raw_lang)} is not supported by model {runtime.name}", "unsupported_language")
+    raw_lang = form.get("language")
+    try:
+        language = resolve_language(raw_lang, engine.languages)
+    except UnknownLanguage:
+        raise invalid("language", f"language {shown(raw_lang)} is not a known ISO-639-1 code or language name") from None
+    except UnsupportedLanguage:
+        raise invalid("language", f"language {shown(raw_lang)} is not supported by model {runtime.name}",
+                      "unsupported_language") from None
     limits = services.config.transcription
     temperature = number(form, "temperature", low=0.0, high=1.0)
     max_new_tokens = integer(form, "max_new_tokens", high=engine.dims.n_text_ctx)
@@ -128,15 +127,17 @@ def parse(form: Form, services) -> Request:
     return Request(runtime, options, fmt, stream, metadata, vad_filter, form.file)
 
 
-def _model(model_id: str, services) -> EngineRuntime[WhisperEngine]:
-    default = services.config.transcription.default_model
-    if not model_id or model_id in ALIASES:
-        model_id = default
-    if model_id in services.transcribers:
-        return services.transcribers[model_id]
-    if services.vad is not None and model_id == services.vad.name:
-        raise invalid("model", f"model {shown(model_id)} is a voice activity detector, not a transcription model", "invalid_model_kind")
-    raise ApiError(404, f"model {shown(model_id)} does not exist; see GET /v1/models", param="model", code="model_not_found")
+def _model(name: str, services) -> EngineRuntime[WhisperEngine]:
+    try:
+        runtime = services.transcribers[services.catalog.resolve(name)]
+    except NotTranscription:
+        raise invalid("model", f"model {shown(name)} is a voice activity detector, not a transcription model",
+                      "invalid_model_kind") from None
+    except UnknownModel:
+        raise ApiError(404, f"model {shown(name)} does not exist; see GET /v1/models", param="model",
+                       code="model_not_found") from None
+    require_loaded(runtime)
+    return runtime
 
 
 async def handle(request: web.Request, services) -> web.StreamResponse:

@@ -65,7 +65,7 @@ async def stream_route(request: web.Request, services) -> web.WebSocketResponse:
     # A little above the largest legal frame, so an over-long frame gets our error rather than a bare close.
     ws = web.WebSocketResponse(max_msg_size=max_samples * 4 + (1 << 20), heartbeat=30)
     await ws.prepare(request)
-    if not services.ready:
+    if services.draining or services.vad is None or not services.vad.loaded:
         await _fail(ws, "models are still loading")
         return ws
     stream = VadStream()

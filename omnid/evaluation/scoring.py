@@ -1,5 +1,5 @@
-"""Transcript scoring as ../shared/spec/evaluation.md defines it: NFKC + lowercase, then WER for English and
-CER/MER over CJK characters and Latin runs for Chinese and mixed text."""
+"""Transcript scoring: both texts NFKC-normalised and lowercased, then word error rate for English (punctuation
+dropped) and character/mixed error rate over CJK characters and Latin runs for Chinese and mixed text."""
 
 from __future__ import annotations
 

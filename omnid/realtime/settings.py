@@ -8,9 +8,16 @@ from typing import Any, Literal
 
 from omnid.audio import SAMPLE_RATE
 from omnid.echo import shown
+from omnid.runtime.catalog import (
+    ModelCatalog,
+    NotTranscription,
+    UnknownLanguage,
+    UnknownModel,
+    UnsupportedLanguage,
+    resolve_language,
+)
 
 OPENAI_RATE = 24000
-MODEL_ALIAS = "whisper-1"  # what OpenAI clients ask for; served by the default model
 
 
 class SettingsError(ValueError):
@@ -46,16 +53,16 @@ class Settings:
 class Capabilities:
     """What the daemon can honour, for validating updates: model ids with their languages, and rate bounds."""
 
-    default_model: str
-    languages: dict[str, tuple[str, ...]]
+    catalog: ModelCatalog
+    languages: dict[str, tuple[str, ...]]  # of every model that is ready
     min_rate: int
     max_rate: int
     max_prompt_chars: int = 4096
 
     def initial(self, dialect: Literal["voxt", "openai"]) -> Settings:
         if dialect == "voxt":
-            return Settings(self.default_model, SAMPLE_RATE)  # Voxt: 16 kHz, manual turns unless asked
-        return Settings(self.default_model, OPENAI_RATE, turns=ServerVad())
+            return Settings(self.catalog.default, SAMPLE_RATE)  # Voxt: 16 kHz, manual turns unless asked
+        return Settings(self.catalog.default, OPENAI_RATE, turns=ServerVad())
 
 
 def _obj(value: Any, param: str) -> dict[str, Any]:
@@ -106,11 +113,16 @@ def _transcription(settings: Settings, spec: Any, caps: Capabilities, param: str
     t = _obj(spec, param)
     model = settings.model
     if "model" in t:
-        asked = _str(t["model"], f"{param}.model") or caps.default_model
-        model = caps.default_model if asked == MODEL_ALIAS else asked
-        if model not in caps.languages:
+        asked = _str(t["model"], f"{param}.model")
+        try:
+            model = caps.catalog.resolve(asked)
+        except NotTranscription as exc:
+            raise SettingsError("unsupported_session", f"{param}.model", str(exc)) from None
+        except UnknownModel:
             raise SettingsError("unsupported_session", f"{param}.model",
-                                f"model {shown(asked)} is not served here (models: {', '.join(caps.languages)})")
+                                f"model {shown(asked)} is not served here (models: {', '.join(caps.catalog.kinds)})") from None
+        if model not in caps.languages:
+            raise SettingsError("unsupported_session", f"{param}.model", f"model {model} is still loading")
     out = replace(settings, model=model)
     if "language" in t:
         out = replace(out, language=_str(t["language"], f"{param}.language"))
@@ -128,13 +140,15 @@ def _prompt(value: Any, param: str, caps: Capabilities) -> str | None:
 
 
 def _check_language(settings: Settings, caps: Capabilities, param: str) -> Settings:
-    if settings.language is not None:
-        code = settings.language.lower()
-        if code not in caps.languages[settings.model]:
-            raise SettingsError("unsupported_session", param,
-                                f"model {settings.model} cannot transcribe language {shown(settings.language)}")
-        settings = replace(settings, language=code)
-    return settings
+    try:
+        code = resolve_language(settings.language, caps.languages.get(settings.model, ()))
+    except UnknownLanguage:
+        raise SettingsError("unsupported_session", param,
+                            f"language {shown(settings.language)} is not a known ISO-639-1 code or language name") from None
+    except UnsupportedLanguage:
+        raise SettingsError("unsupported_session", param,
+                            f"model {settings.model} cannot transcribe language {shown(settings.language)}") from None
+    return replace(settings, language=code)
 
 
 def _pcm16(value: Any, param: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import structlog
@@ -11,6 +12,7 @@ import structlog
 from omnid.config import Config
 from omnid.engine.whisper.engine import WhisperEngine
 from omnid.metrics import Metrics
+from omnid.runtime.catalog import ModelCatalog
 from omnid.runtime.models import whisper_runtime
 from omnid.runtime.scheduler import EngineRuntime
 from omnid.vad.batcher import VadBatcher
@@ -47,6 +49,17 @@ class Services:
         """Every engine reports its jobs to the metrics (queue wait, audio, realtime factor)."""
         for runtime in self.runtimes():
             runtime.observer = self.metrics.observe_job
+
+    @cached_property
+    def catalog(self) -> ModelCatalog:
+        """Which model each name means, for every route."""
+        return ModelCatalog.from_config(self.config)
+
+    def kind(self, name: str) -> str:
+        """A model's kind as /v1/models and /health name it."""
+        if self.vad is not None and name == self.vad.name:
+            return "silero_vad"
+        return self.catalog.kinds.get(name, "whisper")
 
     def runtimes(self) -> list[EngineRuntime]:
         return [*self.transcribers.values(), *([self.vad] if self.vad else [])]

@@ -96,6 +96,11 @@ class EngineRuntime(Generic[E]):
         return self._engine
 
     @property
+    def loaded(self) -> bool:
+        """The engine is built and serving (False while loading, after a failed load, once closed)."""
+        return self._engine is not None and not self._closing
+
+    @property
     def engine(self) -> E:
         if self._engine is None:
             raise RuntimeError(f"engine {self.name} is not loaded")

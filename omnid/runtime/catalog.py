@@ -1,0 +1,68 @@
+"""Which model a request means, the same on every route (HTTP and realtime): a configured model id, one of its
+configured aliases, or a well-known OpenAI name (served by the default model); nothing given means the default.
+And which language: an ISO-639-1 code or an English name, in any case, that the model can transcribe."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omnid.config import Config
+from omnid.engine.languages import language_code
+
+# What OpenAI clients ask for; omnid serves them with the default transcription model.
+OPENAI_NAMES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
+
+
+class UnknownModel(LookupError):
+    """No model answers to this name."""
+
+
+class NotTranscription(ValueError):
+    """The name is a model of another kind (the VAD)."""
+
+
+class UnknownLanguage(ValueError):
+    """Neither a code nor a name Whisper knows."""
+
+
+class UnsupportedLanguage(ValueError):
+    """A known language this model does not transcribe."""
+
+
+@dataclass(frozen=True)
+class ModelCatalog:
+    default: str
+    names: dict[str, str]  # every accepted name (ids, aliases, OpenAI names) -> model id
+    kinds: dict[str, str]  # model id -> kind
+    vad_id: str
+
+    @classmethod
+    def from_config(cls, config: Config) -> ModelCatalog:
+        names = {name: config.transcription.default_model for name in OPENAI_NAMES}
+        for model in config.models:
+            names |= {alias: model.id for alias in model.aliases}
+        names |= {model.id: model.id for model in config.models}
+        return cls(config.transcription.default_model, names, {m.id: m.kind for m in config.models}, config.vad.id)
+
+    def resolve(self, name: str | None) -> str:
+        """The transcription model a request names (blank: the default)."""
+        key = (name or "").strip()
+        if not key:
+            return self.default
+        if key in self.names:
+            return self.names[key]
+        if key == self.vad_id:
+            raise NotTranscription(f"model {key!r} is a voice activity detector, not a transcription model")
+        raise UnknownModel(key)
+
+
+def resolve_language(value: str | None, languages: tuple[str, ...]) -> str | None:
+    """The ISO code of a requested language (blank: detect), checked against what the model transcribes."""
+    if value is None or not value.strip():
+        return None
+    code = language_code(value)
+    if code is None:
+        raise UnknownLanguage(value)
+    if code not in languages:
+        raise UnsupportedLanguage(value)
+    return code
