@@ -129,7 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
 
         return run(config, supervised=args.supervised)
-    from omnid.cli.commands import eval_command, transcribe_command
+    from omnid.cli.eval import eval_command
+    from omnid.cli.transcribe import transcribe_command
 
     try:
         if args.command == "transcribe":

@@ -1,0 +1,79 @@
+"""``omnid eval``: the corpus transcribed as the reference systems decoded it, scored, and checked against a golden."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import msgspec
+
+from omnid.audio import decode_audio
+from omnid.cli.transcribe import language_option, start_model
+from omnid.config import Config
+from omnid.engine.whisper.engine import TranscribeOptions, Transcript, WhisperEngine
+from omnid.evaluation import harness as evaluate
+from omnid.runtime.models import transcribe_options
+
+
+async def eval_command(args: argparse.Namespace, config: Config) -> int:
+    corpus = args.manifest.parent
+    clips = evaluate.read_manifest(args.manifest, args.language, args.limit, args.ids)
+    if not clips:
+        print("omnid eval: no clips selected", file=sys.stderr)
+        return 2
+    references = {p.stem: evaluate.read_reference(p) for p in (args.reference or _default_references(corpus, config))}
+    runtime = await start_model(config, args.model)
+    engine = runtime.engine
+    opts = transcribe_options(config.transcription, language=language_option(engine, args.language), window=args.window)
+    if not args.fallback:  # the reference systems decoded greedily at temperature 0, without fallback
+        opts = dataclasses.replace(opts, temperature_increment=0.0)
+    loop = asyncio.get_running_loop()
+    results: dict[str, str] = {}
+    started = time.perf_counter()
+    try:
+        for i, clip in enumerate(clips, 1):
+            audio = await loop.run_in_executor(None, decode_audio, corpus / clip.path)
+            transcript = await runtime.submit(partial(_transcribe, engine, audio, opts))
+            results[clip.id] = transcript.text
+            print(f"\r[{i}/{len(clips)}] {clip.id[:50]:<50}", end="", file=sys.stderr, flush=True)
+    finally:
+        runtime.close()
+    elapsed = time.perf_counter() - started
+    audio_s = sum(c.duration_s for c in clips)
+    print(file=sys.stderr)
+    print(evaluate.table(clips, results, references, engine.model_id))
+    print(f"\n{len(clips)} clips, {audio_s:.1f} s of audio in {elapsed:.1f} s ({audio_s / elapsed:.1f}x realtime)")
+    first_ref = next(iter(references.values()), {})
+    import mlx.core as mx
+
+    device = "gpu" if mx.default_device().type == mx.gpu else "cpu"
+    window = (args.window or config.transcription.window) + ("+fallback" if args.fallback else "")
+    if args.write:
+        golden = evaluate.make_golden(engine.model_id, device, window, clips, results, first_ref)
+        args.write.parent.mkdir(parents=True, exist_ok=True)
+        args.write.write_bytes(msgspec.json.format(msgspec.json.encode(golden), indent=2) + b"\n")
+        print(f"golden written: {args.write}")
+    if args.check:
+        golden = msgspec.json.decode(args.check.read_bytes(), type=evaluate.Golden)
+        moved = evaluate.check_golden(golden, results)
+        if moved:
+            for cid in moved:
+                print(f"moved: {cid}\n  golden: {golden.clips[cid]}\n  now:    {results[cid]}")
+            print(f"golden check FAILED: {len(moved)} of {len(results)} clips moved")
+            return 1
+        print(f"golden check passed: {len(results)} clips unchanged")
+    return 0
+
+
+def _default_references(corpus: Path, config: Config) -> list[Path]:
+    ref = corpus / "reference" / f"faster-whisper-{config.transcription.default_model}.jsonl"
+    return [ref] if ref.exists() else []
+
+
+def _transcribe(engine: WhisperEngine, audio, opts: TranscribeOptions, check) -> Transcript:
+    return engine.transcribe(audio, opts, check)

@@ -1,0 +1,94 @@
+"""``omnid transcribe``: files to transcripts on the model's runtime, as in the daemon, with progress on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from omnid.audio import AudioDecodeError, decode_audio
+from omnid.cli.progress import Progress
+from omnid.config import Config, ConfigError
+from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
+from omnid.formats import EXTENSIONS, render
+from omnid.runtime.catalog import (
+    ModelCatalog,
+    NotTranscription,
+    UnknownLanguage,
+    UnknownModel,
+    UnsupportedLanguage,
+    resolve_language,
+)
+from omnid.runtime.models import transcribe_options, whisper_runtime
+from omnid.runtime.scheduler import EngineRuntime
+
+
+async def start_model(config: Config, model_id: str | None) -> EngineRuntime[WhisperEngine]:
+    try:
+        model = config.model(ModelCatalog.from_config(config).resolve(model_id))
+    except (UnknownModel, NotTranscription) as exc:
+        raise ConfigError(f"--model: no transcription model {model_id!r}") from exc
+    runtime = whisper_runtime(model, config)
+    runtime.start()
+    await runtime.wait_loaded()
+    return runtime
+
+
+def language_option(engine: WhisperEngine, value: str | None) -> str | None:
+    """--language, read as every route reads it: an ISO code or an English name, any case."""
+    try:
+        return resolve_language(value, engine.languages)
+    except UnknownLanguage:
+        raise ConfigError(f"--language: unknown language {value!r}") from None
+    except UnsupportedLanguage:
+        raise ConfigError(f"--language: model {engine.model_id} does not transcribe {value!r} "
+                          f"(only {', '.join(engine.languages[:8])})") from None
+
+
+async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
+    runtime = await start_model(config, args.model)
+    engine = runtime.engine
+    opts = transcribe_options(
+        config.transcription,
+        language=language_option(engine, args.language),
+        prompt=args.prompt,
+        temperature=args.temperature,
+        window=args.window,
+        word_timestamps=args.word_timestamps,
+    )
+    failures = 0
+    try:
+        for path in args.files:
+            try:
+                text = await _transcribe_file(runtime, path, opts, args)
+            except AudioDecodeError as exc:
+                print(f"omnid: {path}: {exc}", file=sys.stderr)
+                failures += 1
+                continue
+            if args.output_dir:
+                args.output_dir.mkdir(parents=True, exist_ok=True)
+                out = args.output_dir / f"{path.stem}.{EXTENSIONS[args.format]}"
+                out.write_text(text)
+                print(f"{path} -> {out}", file=sys.stderr)
+            else:
+                sys.stdout.write(text if text.endswith("\n") else text + "\n")
+                sys.stdout.flush()
+    finally:
+        runtime.close()
+    return 1 if failures else 0
+
+
+async def _transcribe_file(runtime: EngineRuntime[WhisperEngine], path: Path, opts: TranscribeOptions, args: argparse.Namespace) -> str:
+    loop = asyncio.get_running_loop()
+    audio = await loop.run_in_executor(None, decode_audio, path)
+    progress = Progress(path.name, len(audio) / 16000, enabled=not args.quiet)
+
+    def job(check):
+        return runtime.engine.transcribe(
+            audio, opts, check, on_progress=lambda done, total: loop.call_soon_threadsafe(progress.update, done)
+        )
+
+    transcript = await runtime.submit(job)
+    progress.finish()
+    return render(transcript, args.format, words=args.word_timestamps)
