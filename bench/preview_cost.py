@@ -42,7 +42,7 @@ def main() -> None:
     manifest = [json.loads(line) for line in (CORPUS / "manifest.jsonl").read_text().splitlines()]
     clips = [m for m in manifest if m["language"] == "en" and 6.0 <= m["duration_s"] <= 15.0][: args.clips]
     opts = TranscribeOptions(window=config.realtime.preview_window, temperature_increment=0.0)
-    engine.decode_window(decode_audio(CORPUS / clips[0]["path"])[:32000], opts)  # warm-up
+    engine.preview(decode_audio(CORPUS / clips[0]["path"])[:32000], opts)  # warm-up
 
     timings = {"prefix": [], "none": []}
     words = {"prefix": 0, "none": 0}
@@ -54,10 +54,10 @@ def main() -> None:
                 piece = audio[:end]
                 prefix = agree.text()
                 t = time.perf_counter()
-                text = engine.decode_window(piece, opts, prefix)
+                text = engine.preview(piece, opts, prefix)
                 timings["prefix"].append(time.perf_counter() - t)
                 t = time.perf_counter()
-                free = engine.decode_window(piece, opts, "")
+                free = engine.preview(piece, opts, "")
                 timings["none"].append(time.perf_counter() - t)
                 if end >= 1.5 * 16000:
                     agree.update(text)

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from omnid.config import Config
+from omnid.engine.interface import Capabilities
 from omnid.runtime.registry import Services
 from omnid.runtime.scheduler import EngineRuntime
 
@@ -24,9 +25,13 @@ class FakeWhisper:
 
     languages = ("en",)
     kind = "whisper"
+    model_id = "fake"
 
-    def __init__(self, delay: float = 0.0):
+    def __init__(self, delay: float = 0.0, capabilities: Capabilities | None = None):
         self.delay = delay
+        self.capabilities = capabilities or Capabilities(
+            languages=("en",), prompt=True, word_timestamps=True, timestamps=True, max_new_tokens=448,
+            streaming="forced_prefix")
         self.calls = 0
         self.cancelled = 0
         self.lock = threading.Lock()
@@ -54,18 +59,18 @@ class FakeWhisper:
     def transcribe(self, audio, opts, check=lambda: None, **_):
         return FakeResult(self._work(audio, opts, check))
 
-    def decode_window(self, audio, opts, prefix="", check=lambda: None):
+    def preview(self, audio, opts, prefix="", check=lambda: None):
         text = self._work(audio, opts, check)
         return f"{prefix} {text}".strip()
 
 
-def fake_services(delay: float = 0.0):
+def fake_services(delay: float = 0.0, capabilities: Capabilities | None = None):
     """A Services factory for ServerThread: real Silero VAD, the fake Whisper under the default model's id."""
 
     def build(config: Config) -> Services:
         services = Services.create(config)
         model = config.transcription.default_model
-        fake = FakeWhisper(delay)
+        fake = FakeWhisper(delay, capabilities)
         services.transcribers[model] = EngineRuntime(model, lambda: fake, config.engine.max_queue,
                                                      final_reserve=config.realtime.max_sessions)
         services.fake = fake  # type: ignore[attr-defined]

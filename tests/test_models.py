@@ -18,11 +18,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from omnid.audio import wav_bytes
 from omnid.cli.serve import Server
 from omnid.config import load_config
+from omnid.engine.interface import Capabilities
 from omnid.engine.languages import ALIASES, LANGUAGES
 from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.runtime.catalog import OPENAI_NAMES
 from omnid.runtime.registry import Services
 from omnid.runtime.scheduler import EngineRuntime
+from tests.fake_engine import fake_services
 from tests.helpers import append, as_received, clip_audio, collect
 from tests.server import ServerThread
 
@@ -174,3 +176,26 @@ async def test_every_model_name_and_language_spelling_means_the_same_on_http_and
                 accepted.append(spelling)
     # tiny.en is English-only: blank (detect) and every spelling of English, nothing else.
     assert sorted(accepted) == sorted(["", "  ", "EN", " English ", "ENGLISH", "en", "english"])
+
+
+async def test_what_a_model_cannot_do_is_refused_naming_the_field():
+    """Handlers and sessions ask the engine's capabilities, not which model it is: a stand-in without prompts or
+    timestamps gets each such request refused before any work, naming the field."""
+    bare = Capabilities(languages=("en",), prompt=False, word_timestamps=False, timestamps=False, max_new_tokens=100,
+                        streaming="redecode")
+    with ServerThread(services=fake_services(capabilities=bare)) as srv:
+        async with aiohttp.ClientSession() as http:
+            clip = wav_bytes(clip_audio("ljspeech_LJ001-0013"))
+            for fields, param in (
+                ({"prompt": "Glossary"}, "prompt"),
+                ({"response_format": "srt"}, "response_format"),
+                ({"response_format": "verbose_json", "timestamp_granularities[]": "word"}, "timestamp_granularities[]"),
+                ({"max_new_tokens": "101"}, "max_new_tokens"),
+            ):
+                status, body = await post(http, srv.url, fields, clip)
+                assert status == 400 and body["error"]["param"] == param, (fields, body)
+            async with http.ws_connect(srv.ws_url + "/v1/realtime?protocol=voxt") as ws:
+                await ws.send_str(json.dumps({"type": "session.update", "session": {"prompt": "Glossary"}}))
+                event = (await collect(ws, lambda e: e["type"] in ("error", "transcription_session.updated")))[-1]
+                assert event["type"] == "error" and event["error"]["code"] == "unsupported_session"
+        assert srv.server.services.fake.calls == 0

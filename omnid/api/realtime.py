@@ -93,7 +93,7 @@ class Connection:
         self.session_id = "sess_" + secrets.token_hex(10)
         self.caps = st.Capabilities(
             catalog=services.catalog,
-            languages={mid: rt.engine.languages for mid, rt in services.transcribers.items() if rt.loaded},
+            engines={mid: rt.engine.capabilities for mid, rt in services.transcribers.items() if rt.loaded},
             min_rate=self.config.min_rate,
             max_rate=self.config.max_rate,
             max_prompt_chars=services.config.transcription.max_prompt_chars,

@@ -16,14 +16,15 @@ from omnid.api.forms import Form, FormLimits, flag, integer, number, read_form, 
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.echo import shown
 from omnid.engine.errors import JobCancelledError
+from omnid.engine.interface import TranscriptionEngine
 from omnid.engine.whisper.engine import (
     Segment,
     TranscribeOptions,
     Transcript,
-    WhisperEngine,
 )
 from omnid.formats import CONTENT_TYPES, FORMATS, render
 from omnid.logging import content
+from omnid.runtime import transcription
 from omnid.runtime.catalog import NotTranscription, UnknownLanguage, UnknownModel, UnsupportedLanguage, resolve_language
 from omnid.runtime.models import transcribe_options
 from omnid.runtime.scheduler import EngineRuntime, Priority
@@ -35,11 +36,12 @@ log = structlog.get_logger(__name__)
 GRANULARITIES = {"segment", "word"}
 AUDIO_LAYOUTS = {"reference", "voxt_swift"}
 VAD_FILTER_THRESHOLD = 0.5  # Silero's own default
+TIMED_FORMATS = {"srt", "vtt", "verbose_json"}
 
 
 @dataclass(frozen=True)
 class Request:
-    runtime: EngineRuntime[WhisperEngine]
+    runtime: EngineRuntime[TranscriptionEngine]
     options: TranscribeOptions
     response_format: str
     stream: bool
@@ -92,9 +94,14 @@ def parse(form: Form, services) -> Request:
             raise invalid("timestamp_granularities[]", f"timestamp_granularities[] must be 'segment' or 'word', got {shown(g)}")
     if grans and fmt != "verbose_json":
         raise invalid("timestamp_granularities[]", "timestamp_granularities[] needs response_format=verbose_json")
+    can = engine.capabilities
+    if "word" in grans and not can.word_timestamps:
+        raise invalid("timestamp_granularities[]", f"model {runtime.name} gives no word timestamps", "unsupported_value")
+    if fmt in TIMED_FORMATS and not can.timestamps:
+        raise invalid("response_format", f"model {runtime.name} gives no timestamps for {fmt}", "unsupported_value")
     raw_lang = form.get("language")
     try:
-        language = resolve_language(raw_lang, engine.languages)
+        language = resolve_language(raw_lang, can.languages)
     except UnknownLanguage:
         raise invalid("language", f"language {shown(raw_lang)} is not a known ISO-639-1 code or language name") from None
     except UnsupportedLanguage:
@@ -102,8 +109,10 @@ def parse(form: Form, services) -> Request:
                       "unsupported_language") from None
     limits = services.config.transcription
     temperature = number(form, "temperature", low=0.0, high=1.0)
-    max_new_tokens = integer(form, "max_new_tokens", high=engine.dims.n_text_ctx)
+    max_new_tokens = integer(form, "max_new_tokens", high=can.max_new_tokens)
     prompt = text(form, "prompt", max_chars=limits.max_prompt_chars)
+    if prompt and prompt.strip() and not can.prompt:
+        raise invalid("prompt", f"model {runtime.name} takes no prompt", "unsupported_value")
     vad_filter = flag(form, "vad_filter") if form.get("vad_filter") is not None else limits.vad_filter
     stream = flag(form, "stream")
     metadata = flag(form, "include_generation_metadata")
@@ -127,7 +136,7 @@ def parse(form: Form, services) -> Request:
     return Request(runtime, options, fmt, stream, metadata, vad_filter, form.file)
 
 
-def _model(name: str, services) -> EngineRuntime[WhisperEngine]:
+def _model(name: str, services) -> EngineRuntime[TranscriptionEngine]:
     try:
         runtime = services.transcribers[services.catalog.resolve(name)]
     except NotTranscription:
@@ -178,15 +187,7 @@ async def _speech(audio, services) -> list[tuple[int, int]]:
 
 async def _submit(req: Request, audio, speech: list[tuple[int, int]] | None, on_segment) -> Transcript:
     """One transcription job; with speech spans, only they are decoded (none: the model is not asked)."""
-    engine = req.runtime.engine
-    if speech is None:
-        job, heard = (lambda check: engine.transcribe(audio, req.options, check, on_segment=on_segment)), len(audio)
-    elif not speech:
-        return engine.transcribe_clips(audio, [], req.options)
-    else:
-        job = lambda check: engine.transcribe_clips(audio, speech, req.options, check, on_segment=on_segment)  # noqa: E731
-        heard = sum(end - start for start, end in speech)
-    return await req.runtime.submit(job, Priority.FILE, audio_s=heard / SAMPLE_RATE)
+    return await transcription.transcribe(req.runtime, audio, req.options, clips=speech, on_segment=on_segment)
 
 
 def _sse(event: msgspec.Struct | bytes) -> bytes:

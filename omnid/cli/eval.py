@@ -7,7 +7,6 @@ import asyncio
 import dataclasses
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -15,8 +14,8 @@ import msgspec
 from omnid.audio import decode_audio
 from omnid.cli.transcribe import language_option, start_model
 from omnid.config import Config
-from omnid.engine.whisper.engine import TranscribeOptions, Transcript, WhisperEngine
 from omnid.evaluation import harness as evaluate
+from omnid.runtime import transcription
 from omnid.runtime.models import transcribe_options
 
 
@@ -38,7 +37,7 @@ async def eval_command(args: argparse.Namespace, config: Config) -> int:
     try:
         for i, clip in enumerate(clips, 1):
             audio = await loop.run_in_executor(None, decode_audio, corpus / clip.path)
-            transcript = await runtime.submit(partial(_transcribe, engine, audio, opts))
+            transcript = await transcription.transcribe(runtime, audio, opts)
             results[clip.id] = transcript.text
             print(f"\r[{i}/{len(clips)}] {clip.id[:50]:<50}", end="", file=sys.stderr, flush=True)
     finally:
@@ -73,7 +72,3 @@ async def eval_command(args: argparse.Namespace, config: Config) -> int:
 def _default_references(corpus: Path, config: Config) -> list[Path]:
     ref = corpus / "reference" / f"faster-whisper-{config.transcription.default_model}.jsonl"
     return [ref] if ref.exists() else []
-
-
-def _transcribe(engine: WhisperEngine, audio, opts: TranscribeOptions, check) -> Transcript:
-    return engine.transcribe(audio, opts, check)

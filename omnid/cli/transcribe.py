@@ -10,8 +10,10 @@ from pathlib import Path
 from omnid.audio import AudioDecodeError, decode_audio
 from omnid.cli.progress import Progress
 from omnid.config import Config, ConfigError
-from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
+from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.formats import EXTENSIONS, render
+from omnid.runtime import transcription
 from omnid.runtime.catalog import (
     ModelCatalog,
     NotTranscription,
@@ -24,7 +26,7 @@ from omnid.runtime.models import transcribe_options, whisper_runtime
 from omnid.runtime.scheduler import EngineRuntime
 
 
-async def start_model(config: Config, model_id: str | None) -> EngineRuntime[WhisperEngine]:
+async def start_model(config: Config, model_id: str | None) -> EngineRuntime[TranscriptionEngine]:
     try:
         model = config.model(ModelCatalog.from_config(config).resolve(model_id))
     except (UnknownModel, NotTranscription) as exc:
@@ -35,15 +37,15 @@ async def start_model(config: Config, model_id: str | None) -> EngineRuntime[Whi
     return runtime
 
 
-def language_option(engine: WhisperEngine, value: str | None) -> str | None:
+def language_option(engine: TranscriptionEngine, value: str | None) -> str | None:
     """--language, read as every route reads it: an ISO code or an English name, any case."""
     try:
-        return resolve_language(value, engine.languages)
+        return resolve_language(value, engine.capabilities.languages)
     except UnknownLanguage:
         raise ConfigError(f"--language: unknown language {value!r}") from None
     except UnsupportedLanguage:
         raise ConfigError(f"--language: model {engine.model_id} does not transcribe {value!r} "
-                          f"(only {', '.join(engine.languages[:8])})") from None
+                          f"(only {', '.join(engine.capabilities.languages[:8])})") from None
 
 
 async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
@@ -79,16 +81,15 @@ async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
     return 1 if failures else 0
 
 
-async def _transcribe_file(runtime: EngineRuntime[WhisperEngine], path: Path, opts: TranscribeOptions, args: argparse.Namespace) -> str:
+async def _transcribe_file(runtime: EngineRuntime[TranscriptionEngine], path: Path, opts: TranscribeOptions,
+                           args: argparse.Namespace) -> str:
     loop = asyncio.get_running_loop()
     audio = await loop.run_in_executor(None, decode_audio, path)
     progress = Progress(path.name, len(audio) / 16000, enabled=not args.quiet)
 
-    def job(check):
-        return runtime.engine.transcribe(
-            audio, opts, check, on_progress=lambda done, total: loop.call_soon_threadsafe(progress.update, done)
-        )
+    def progressed(done: float, total: float) -> None:
+        loop.call_soon_threadsafe(progress.update, done)
 
-    transcript = await runtime.submit(job)
+    transcript = await transcription.transcribe(runtime, audio, opts, on_progress=progressed)
     progress.finish()
     return render(transcript, args.format, words=args.word_timestamps)

@@ -25,15 +25,16 @@ import structlog
 from omnid.audio import SAMPLE_RATE
 from omnid.config import RealtimeConfig, TranscriptionConfig
 from omnid.engine.errors import JobCancelledError, QueueFullError
-from omnid.engine.whisper.engine import WhisperEngine
+from omnid.engine.interface import TranscriptionEngine
 from omnid.logging import content
 from omnid.realtime.buffer import AudioBuffer, BufferOverflow
 from omnid.realtime.cut import quietest_cut
 from omnid.realtime.protocol import server_events as ev
 from omnid.realtime.settings import Settings
 from omnid.realtime.text import LocalAgreement, join_segments
+from omnid.runtime import transcription
 from omnid.runtime.models import transcribe_options
-from omnid.runtime.scheduler import EngineRuntime, Priority
+from omnid.runtime.scheduler import EngineRuntime
 from omnid.vad.batcher import VadBatcher
 from omnid.vad.segments import TurnDetector
 from omnid.vad.silero import WINDOW
@@ -83,7 +84,7 @@ class Session:
         settings: Settings,
         config: RealtimeConfig,
         transcription: TranscriptionConfig,
-        engines: Mapping[str, EngineRuntime[WhisperEngine]],
+        engines: Mapping[str, EngineRuntime[TranscriptionEngine]],
         vad: VadBatcher,
         send: Callable[[ev.ServerEvent], None],
     ):
@@ -314,19 +315,11 @@ class Session:
         self._finals_idle.set()
 
     async def _transcribe_final(self, job: FinalJob) -> str:
-        runtime = self.engines[self.settings.model]
         s = self.settings
         opts = transcribe_options(self.transcription, language=s.language, prompt=s.prompt,
                                   prompt_tokens=self.prompt_tokens)
-
-        def final(check) -> str:
-            text = runtime.engine.transcribe(job.audio, opts, check).text
-            if job.prefix and not text.startswith(job.prefix):
-                # Deltas already sent never change: decode again, continuing the text they hold.
-                text = runtime.engine.decode_window(job.audio, opts, job.prefix, check)
-            return text
-
-        return await runtime.submit(final, Priority.FINAL, audio_s=len(job.audio) / SAMPLE_RATE)
+        # Deltas already sent never change: the final continues the text they hold.
+        return await transcription.final(self.engines[s.model], job.audio, opts, job.prefix)
 
     def _final(self, job: FinalJob, text: str) -> None:
         seg = job.segment
@@ -383,8 +376,7 @@ class Session:
         opts = replace(opts, temperature_increment=0.0)  # a preview is never worth a retry
         prefix = seg.agreement.text()
         try:
-            text = await runtime.submit(lambda check: runtime.engine.decode_window(audio, opts, prefix, check),
-                                        Priority.PREVIEW, audio_s=len(audio) / SAMPLE_RATE)
+            text = await transcription.preview(runtime, audio, opts, prefix)
         except (QueueFullError, JobCancelledError):
             return  # the machine is behind: this preview is skipped, the next one will be fresher
         except Exception:  # noqa: BLE001  (a failed preview costs only that preview)

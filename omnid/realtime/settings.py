@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from omnid.audio import SAMPLE_RATE
 from omnid.echo import shown
+from omnid.engine.interface import Capabilities as EngineCapabilities
 from omnid.runtime.catalog import (
     ModelCatalog,
     NotTranscription,
@@ -54,7 +55,7 @@ class Capabilities:
     """What the daemon can honour, for validating updates: model ids with their languages, and rate bounds."""
 
     catalog: ModelCatalog
-    languages: dict[str, tuple[str, ...]]  # of every model that is ready
+    engines: dict[str, EngineCapabilities]  # of every model that is ready
     min_rate: int
     max_rate: int
     max_prompt_chars: int = 4096
@@ -121,18 +122,21 @@ def _transcription(settings: Settings, spec: Any, caps: Capabilities, param: str
         except UnknownModel:
             raise SettingsError("unsupported_session", f"{param}.model",
                                 f"model {shown(asked)} is not served here (models: {', '.join(caps.catalog.kinds)})") from None
-        if model not in caps.languages:
+        if model not in caps.engines:
             raise SettingsError("unsupported_session", f"{param}.model", f"model {model} is still loading")
     out = replace(settings, model=model)
     if "language" in t:
         out = replace(out, language=_str(t["language"], f"{param}.language"))
     if "prompt" in t:
-        out = replace(out, prompt=_prompt(t["prompt"], f"{param}.prompt", caps))
+        out = replace(out, prompt=_prompt(t["prompt"], f"{param}.prompt", caps, out.model))
     return _check_language(out, caps, f"{param}.language")
 
 
-def _prompt(value: Any, param: str, caps: Capabilities) -> str | None:
+def _prompt(value: Any, param: str, caps: Capabilities, model: str) -> str | None:
     prompt = _str(value, param)
+    engine = caps.engines.get(model)
+    if prompt is not None and engine is not None and not engine.prompt:
+        raise SettingsError("unsupported_session", param, f"model {model} takes no prompt")
     if prompt is not None and len(prompt) > caps.max_prompt_chars:
         raise SettingsError("unsupported_session", param,
                             f"{param} is {len(prompt)} characters long; at most {caps.max_prompt_chars} are accepted")
@@ -141,7 +145,8 @@ def _prompt(value: Any, param: str, caps: Capabilities) -> str | None:
 
 def _check_language(settings: Settings, caps: Capabilities, param: str) -> Settings:
     try:
-        code = resolve_language(settings.language, caps.languages.get(settings.model, ()))
+        engine = caps.engines.get(settings.model)
+        code = resolve_language(settings.language, engine.languages if engine else ())
     except UnknownLanguage:
         raise SettingsError("unsupported_session", param,
                             f"language {shown(settings.language)} is not a known ISO-639-1 code or language name") from None
@@ -166,7 +171,7 @@ def voxt_update(settings: Settings, session: Any, caps: Capabilities) -> Setting
     if "language" in s:
         out = replace(out, language=_str(s["language"], "session.language"))
     if "prompt" in s:
-        out = replace(out, prompt=_prompt(s["prompt"], "session.prompt", caps))
+        out = replace(out, prompt=_prompt(s["prompt"], "session.prompt", caps, out.model))
     if "model" in s:
         out = _transcription(out, {"model": s["model"]}, caps, "session")
     return _check_language(out, caps, "session.language")

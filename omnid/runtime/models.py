@@ -9,12 +9,13 @@ from omnid.config import (
     load_pins,
     model_folder,
 )
+from omnid.engine.interface import TranscriptionEngine
 from omnid.engine.whisper.decoding import DecodeOptions
 from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
 from omnid.runtime.scheduler import EngineRuntime
 
 
-def whisper_runtime(model: ModelConfig, config: Config) -> EngineRuntime[WhisperEngine]:
+def whisper_runtime(model: ModelConfig, config: Config) -> EngineRuntime[TranscriptionEngine]:
     folder = model_folder(model)
     pins = load_pins().get(model.id, {})
     return EngineRuntime(

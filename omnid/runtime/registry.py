@@ -10,7 +10,7 @@ from pathlib import Path
 import structlog
 
 from omnid.config import Config
-from omnid.engine.whisper.engine import WhisperEngine
+from omnid.engine.interface import TranscriptionEngine
 from omnid.metrics import Metrics
 from omnid.runtime.catalog import ModelCatalog
 from omnid.runtime.models import whisper_runtime
@@ -24,7 +24,7 @@ log = structlog.get_logger(__name__)
 @dataclass
 class Services:
     config: Config
-    transcribers: dict[str, EngineRuntime[WhisperEngine]] = field(default_factory=dict)
+    transcribers: dict[str, EngineRuntime[TranscriptionEngine]] = field(default_factory=dict)
     vad: EngineRuntime[SileroVAD] | None = None
     vad_batcher: VadBatcher | None = None
     ready: bool = False

@@ -17,6 +17,7 @@ import structlog
 
 from omnid.engine import pins as pinning
 from omnid.engine.errors import CheckpointError
+from omnid.engine.interface import Capabilities
 from omnid.engine.whisper.alignment import Word, word_timestamps
 from omnid.engine.whisper.checkpoint import load_checkpoint
 from omnid.engine.whisper.decoding import (
@@ -130,6 +131,11 @@ class WhisperEngine:
         log.info("engine_loaded", model=model_id, format=ckpt.format, seconds=round(self.load_seconds, 3))
 
     @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(languages=self.languages, prompt=True, word_timestamps=True, timestamps=True,
+                            max_new_tokens=self.dims.n_text_ctx, streaming="forced_prefix")
+
+    @property
     def languages(self) -> tuple[str, ...]:
         return tuple(self.tokenizer.language_tokens) if self.dims.is_multilingual else ("en",)
 
@@ -239,7 +245,7 @@ class WhisperEngine:
             finish_reason=finish,
         )
 
-    def decode_window(
+    def preview(
         self,
         audio: np.ndarray,
         opts: TranscribeOptions = TranscribeOptions(),

@@ -1,0 +1,48 @@
+"""What every transcription engine offers, whatever its kind: the one interface sessions, HTTP handlers,
+`omnid transcribe` and `omnid eval` use, and the capabilities they ask instead of checking which model it is."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from omnid.engine.whisper.engine import Segment, TranscribeOptions, Transcript
+
+Check = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    languages: tuple[str, ...]  # ISO-639-1 codes it transcribes
+    prompt: bool  # conditions on a text prompt
+    word_timestamps: bool
+    timestamps: bool  # segment times at all
+    max_new_tokens: int  # the most tokens one decode may produce
+    # How a live preview of an open segment is made: "forced_prefix" re-decodes the segment with its stable
+    # words forced as the decoder's prefix (Whisper); "redecode" decodes the whole segment again.
+    streaming: Literal["forced_prefix", "redecode"]
+
+
+class TranscriptionEngine(Protocol):
+    """Synchronous and thread-confined: only its runtime's worker thread calls transcribe/preview."""
+
+    model_id: str
+    kind: str
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def prompt_tokens(self, prompt: str | None) -> tuple[int, ...]: ...
+
+    def transcribe(self, audio: np.ndarray, opts: TranscribeOptions, check: Check = ...,
+                   on_segment: Callable[[Segment], None] | None = None,
+                   on_progress: Callable[[float, float], None] | None = None) -> Transcript: ...
+
+    def transcribe_clips(self, audio: np.ndarray, clips: list[tuple[int, int]], opts: TranscribeOptions,
+                         check: Check = ..., on_segment: Callable[[Segment], None] | None = None) -> Transcript: ...
+
+    def preview(self, audio: np.ndarray, opts: TranscribeOptions, prefix: str = "", check: Check = ...) -> str: ...

@@ -1,0 +1,55 @@
+"""The one call path from the daemon's callers to a transcription engine: each function is one job on the model's
+runtime (queued by priority, cancellable, counted in the metrics with the audio it covers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from omnid.audio import SAMPLE_RATE
+from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.whisper.engine import Segment, TranscribeOptions, Transcript
+from omnid.runtime.scheduler import EngineRuntime, Priority
+
+Runtime = EngineRuntime[TranscriptionEngine]
+
+
+async def transcribe(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions, *,
+                     priority: Priority = Priority.FILE, clips: list[tuple[int, int]] | None = None,
+                     on_segment: Callable[[Segment], None] | None = None,
+                     on_progress: Callable[[float, float], None] | None = None) -> Transcript:
+    """A whole clip, or only its ``clips`` (sample spans; an empty list is an empty transcript, no model work)."""
+    engine = runtime.engine
+    if clips is not None and not clips:
+        return engine.transcribe_clips(audio, [], opts)
+    if clips is None:
+        def job(check) -> Transcript:
+            return engine.transcribe(audio, opts, check, on_segment=on_segment, on_progress=on_progress)
+        heard = len(audio)
+    else:
+        def job(check) -> Transcript:
+            return engine.transcribe_clips(audio, clips, opts, check, on_segment=on_segment)
+        heard = sum(end - start for start, end in clips)
+    return await runtime.submit(job, priority, audio_s=heard / SAMPLE_RATE)
+
+
+async def preview(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions, prefix: str) -> str:
+    """The text of an open segment so far, continuing ``prefix``, at preview priority."""
+    engine = runtime.engine
+    return await runtime.submit(lambda check: engine.preview(audio, opts, prefix, check), Priority.PREVIEW,
+                                audio_s=len(audio) / SAMPLE_RATE)
+
+
+async def final(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions, sent: str) -> str:
+    """A closed segment's authoritative text, at final priority: the same decode as a file transcription; when
+    it would not continue the text already sent as append-only deltas, decoded again continuing that text."""
+    engine = runtime.engine
+
+    def job(check) -> str:
+        text = engine.transcribe(audio, opts, check).text
+        if sent and not text.startswith(sent):
+            text = engine.preview(audio, opts, sent, check)
+        return text
+
+    return await runtime.submit(job, Priority.FINAL, audio_s=len(audio) / SAMPLE_RATE)
