@@ -24,6 +24,7 @@ from omnid.engine.whisper.engine import (
 )
 from omnid.formats import CONTENT_TYPES, FORMATS, render
 from omnid.logging import content
+from omnid.realtime.protocol.server_events import ErrorDetail, Usage  # one shape on every route
 from omnid.runtime import transcription
 from omnid.runtime.catalog import NotTranscription, UnknownLanguage, UnknownModel, UnsupportedLanguage, resolve_language
 from omnid.runtime.models import transcribe_options
@@ -50,11 +51,6 @@ class Request:
     audio_bytes: bytes
 
 
-class Usage(msgspec.Struct):
-    seconds: float
-    type: str = "duration"
-
-
 class GenerationMetadata(msgspec.Struct):
     generated_token_count: int
     language: str
@@ -69,12 +65,6 @@ class DoneEvent(msgspec.Struct, tag_field="type", tag="transcript.text.done", om
     text: str
     usage: Usage
     generation_metadata: GenerationMetadata | None = None
-
-
-class ErrorDetail(msgspec.Struct):
-    type: str
-    code: str
-    message: str
 
 
 class ErrorEvent(msgspec.Struct, tag_field="type", tag="error"):
@@ -231,12 +221,13 @@ async def _stream(request: web.Request, req: Request, audio, speech: list[tuple[
         try:
             transcript = job.result()
         except JobCancelledError:  # the daemon is stopping: the client still gets its in-band error
-            detail = ErrorDetail("server_error", "shutting_down", "The server is shutting down.")
+            detail = ErrorDetail(type="server_error", code="shutting_down", message="The server is shutting down.")
             await resp.write(_sse(ErrorEvent(detail)) + b"data: [DONE]\n\n")
             return resp
         except Exception:  # noqa: BLE001  (any engine failure is reported in band)
             log.exception("transcription_failed")
-            await resp.write(_sse(ErrorEvent(ErrorDetail("server_error", "transcription_failed", "Transcription failed."))))
+            failed = ErrorDetail(type="server_error", code="transcription_failed", message="Transcription failed.")
+            await resp.write(_sse(ErrorEvent(failed)))
             await resp.write(b"data: [DONE]\n\n")
             return resp
         if len(transcript.text) > len(sent):
@@ -244,7 +235,7 @@ async def _stream(request: web.Request, req: Request, audio, speech: list[tuple[
         meta = None
         if req.metadata:
             meta = GenerationMetadata(transcript.generated_tokens, transcript.language, transcript.finish_reason)
-        await resp.write(_sse(DoneEvent(transcript.text, Usage(round(transcript.duration, 3)), meta)))
+        await resp.write(_sse(DoneEvent(transcript.text, Usage(seconds=round(transcript.duration, 3)), meta)))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
