@@ -17,9 +17,12 @@ from omnid.api.fallback import require_websocket_upgrade
 from omnid.engine.errors import QueueFullError
 from omnid.realtime import settings as st
 from omnid.realtime.buffer import InvalidAudio, decode_pcm16
+from omnid.realtime.events import DomainEvent
 from omnid.realtime.protocol import client_events as ce
+from omnid.realtime.protocol import openai, voxt
 from omnid.realtime.protocol import server_events as ev
-from omnid.realtime.session import Dialect, Session, SessionError
+from omnid.realtime.protocol.client_events import Dialect
+from omnid.realtime.session import Session, SessionError
 from omnid.runtime.registry import Services
 
 log = structlog.get_logger(__name__)
@@ -107,9 +110,15 @@ class Connection:
         self.dialect = self.out.dialect = dialect
         settings = self.caps.initial(dialect)
         assert self.services.vad_batcher is not None  # created with the services
+        rules, wire = (voxt.RULES, voxt.VoxtWire()) if dialect == "voxt" else (openai.RULES, openai.OpenAIWire())
+
+        def emit(event: DomainEvent) -> None:
+            for frame in wire(event):
+                self.out.send(frame)
+
         self.session = Session(
-            dialect, settings, self.config, self.services.config.transcription, self.services.transcribers,
-            self.services.vad_batcher, self.out.send,
+            rules, settings, self.config, self.services.config.transcription, self.services.transcribers,
+            self.services.vad_batcher, emit,
         )
         log.info("realtime_session_started", dialect=dialect, session=self.session_id)
         if dialect == "openai":

@@ -17,7 +17,6 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 import numpy as np
 import structlog
@@ -27,9 +26,10 @@ from omnid.config import RealtimeConfig, TranscriptionConfig
 from omnid.engine.errors import JobCancelledError, QueueFullError
 from omnid.engine.interface import TranscriptionEngine
 from omnid.logging import content
+from omnid.realtime import events as de
 from omnid.realtime.buffer import AudioBuffer, BufferOverflow
 from omnid.realtime.cut import quietest_cut
-from omnid.realtime.protocol import server_events as ev
+from omnid.realtime.events import DomainEvent, TurnRules
 from omnid.realtime.settings import Settings
 from omnid.realtime.text import LocalAgreement, join_segments
 from omnid.runtime import transcription
@@ -42,8 +42,6 @@ from omnid.vad.stream import VadStream
 
 log = structlog.get_logger(__name__)
 
-Dialect = Literal["voxt", "openai"]
-MIN_COMMIT_SAMPLES = SAMPLE_RATE // 10  # OpenAI: committing less than 100 ms is an error
 
 
 class SessionError(Exception):
@@ -65,7 +63,6 @@ class Segment:
     start: int  # absolute 16 kHz sample
     speech_at: int | None = None  # first window above the speech threshold
     previewed_to: int | None = None  # buffer end at the last preview
-    last_text: str = ""
     agreement: LocalAgreement = field(default_factory=lambda: LocalAgreement(hold_back=1))
 
 
@@ -80,20 +77,20 @@ class FinalJob:
 class Session:
     def __init__(
         self,
-        dialect: Dialect,
+        rules: TurnRules,
         settings: Settings,
         config: RealtimeConfig,
         transcription: TranscriptionConfig,
         engines: Mapping[str, EngineRuntime[TranscriptionEngine]],
         vad: VadBatcher,
-        send: Callable[[ev.ServerEvent], None],
+        emit: Callable[[DomainEvent], None],
     ):
-        self.dialect = dialect
+        self.rules = rules
         self.config = config
         self.transcription = transcription
         self.engines = engines
         self.vad = vad
-        self.send = send
+        self.emit = emit
         self.settings = settings
         self.buffer = AudioBuffer(settings.rate, config.max_backlog_s)
         self.vad_stream = VadStream()
@@ -195,15 +192,13 @@ class Session:
 
     def _speech_started(self, sample: int) -> None:
         seg = self.segment or self._open(max(sample, self.buffer.start, self.uncommitted_from))
-        if self.dialect == "openai":
-            self.send(ev.SpeechStarted(item_id=seg.item_id, audio_start_ms=_ms(seg.start)))
+        self.emit(de.SpeechStarted(item_id=seg.item_id, audio_start_ms=_ms(seg.start)))
 
     def _speech_stopped(self, silence_from: int, now: int) -> None:
         seg = self.segment
         if seg is None:
             return
-        if self.dialect == "openai":
-            self.send(ev.SpeechStopped(item_id=seg.item_id, audio_end_ms=_ms(silence_from)))
+        self.emit(de.SpeechStopped(item_id=seg.item_id, audio_end_ms=_ms(silence_from)))
         # The segment keeps the silence that ended it: Whisper ends its decode more cleanly with it.
         self._close(min(now, self.buffer.end))
 
@@ -233,8 +228,8 @@ class Session:
             after = [p for k, p in self.recent if k * WINDOW >= cut and p >= self.threshold]
             if speaking or after:
                 opened.speech_at = cut
-            if speaking and self.dialect == "openai":
-                self.send(ev.SpeechStarted(item_id=opened.item_id, audio_start_ms=_ms(cut)))
+            if speaking:
+                self.emit(de.SpeechStarted(item_id=opened.item_id, audio_start_ms=_ms(cut)))
 
     def _trim(self) -> None:
         """Audio before the open segment is consumed; without one, server VAD keeps its prefix padding."""
@@ -253,11 +248,11 @@ class Session:
         tail = self.buffer.flush()
         if len(tail):
             await self._analyse(tail)
-        if self.dialect == "openai" and self.buffer.end - self.uncommitted_from < MIN_COMMIT_SAMPLES:
-            self.send(ev.error("input_audio_buffer_commit_empty",
-                               "buffer too small: at least 100 ms of audio must be appended before a commit"))
+        if self.buffer.end - self.uncommitted_from < self.rules.min_commit_samples:
+            self.emit(de.Refused("input_audio_buffer_commit_empty",
+                                 "buffer too small: at least 100 ms of audio must be appended before a commit"))
             return False
-        if self.segment is None and self.dialect == "openai":
+        if self.segment is None and self.rules.commit_opens_item:
             self._open(self.buffer.end)  # audio without speech: an item whose transcript is empty
         if self.segment is not None:
             self._close(self.buffer.end)
@@ -272,7 +267,7 @@ class Session:
         self.uncommitted_from = self.buffer.end
         if self.turns is not None:
             self.turns.end_turn()
-        self.send(ev.Cleared())
+        self.emit(de.Cleared())
 
     def _close(self, end: int) -> None:
         seg = self.segment
@@ -282,12 +277,11 @@ class Session:
         audio = self.buffer.view(seg.start, end).copy()
         self.buffer.consume(end)
         self.uncommitted_from = max(self.uncommitted_from, end)
-        if self.dialect == "openai":
-            self.send(ev.Committed(item_id=seg.item_id, previous_item_id=self.last_item_id))
-            self.last_item_id = seg.item_id
+        self.emit(de.Committed(item_id=seg.item_id, previous_item_id=self.last_item_id))
+        self.last_item_id = seg.item_id
         if seg.speech_at is None or seg.speech_at >= end:
             audio = audio[:0]  # no speech: it finalises to empty text without the model
-        prefix = seg.agreement.text() if self.dialect == "openai" else ""
+        prefix = seg.agreement.text() if self.rules.append_only else ""
         self._finals.append(FinalJob(seg, audio, prefix, time.monotonic()))
         self._final_samples += len(audio)
         self._finals_idle.clear()
@@ -323,29 +317,16 @@ class Session:
 
     def _final(self, job: FinalJob, text: str) -> None:
         seg = job.segment
-        if self.dialect == "voxt":
+        if self.rules.keeps_text:
             self.final_texts.append(text)
-            self.send(ev.TranscriptionSegment(segment_id=seg.index, text=text, is_final=True))
-        else:
-            sent = seg.agreement.text()
-            rest = text[len(sent):] if text.startswith(sent) else ""
-            if sent and rest.strip() or (not sent and text):
-                self.send(ev.TranscriptDelta(item_id=seg.item_id, content_index=0, delta=rest if sent else text))
-            self.send(ev.TranscriptCompleted(
-                item_id=seg.item_id, content_index=0, transcript=text,
-                usage=ev.Usage(seconds=round((len(job.audio) or 0) / SAMPLE_RATE, 3)),
-            ))
-        log.info("segment_final", dialect=self.dialect, segment=seg.index, chars=len(text),
+        self.emit(de.Final(segment_id=seg.index, item_id=seg.item_id, text=text, agreed=seg.agreement.text(),
+                           seconds=len(job.audio) / SAMPLE_RATE))
+        log.info("segment_final", segment=seg.index, chars=len(text),
                  latency_s=round(time.monotonic() - job.closed_at, 3), **content(text))
 
     def _failed(self, job: FinalJob, exc: Exception) -> None:
-        busy = isinstance(exc, QueueFullError)
-        message = "the server is too busy to transcribe this segment" if busy else "transcription failed"
-        detail = ev.ErrorDetail(type="server_error", code="transcription_failed", message=message)
-        if self.dialect == "voxt":
-            self.send(ev.Error(error=detail))
-        else:
-            self.send(ev.TranscriptFailed(item_id=job.segment.item_id, content_index=0, error=detail))
+        self.emit(de.Failed(segment_id=job.segment.index, item_id=job.segment.item_id,
+                            busy=isinstance(exc, QueueFullError)))
 
     async def drain(self) -> str:
         """Waits for every final; returns the session's text (Voxt's transcription.completed)."""
@@ -387,14 +368,8 @@ class Session:
         # A hypothesis of the first moments of speech is too unsure to build on (tiny models lowercase a
         # sentence start, drop its punctuation): it is shown but takes no part in the agreement.
         stable = seg.speech_at is not None and seg.start + len(audio) - seg.speech_at >= self.config.stable_after_s * SAMPLE_RATE
-        delta = seg.agreement.update(text) if stable else ""
-        if self.dialect == "voxt":
-            if text and text != seg.last_text:  # a preview is sent only when its text changed
-                seg.last_text = text
-                self.send(ev.TranscriptionSegment(segment_id=seg.index, text=text, is_final=False))
-        else:
-            if delta:
-                self.send(ev.TranscriptDelta(item_id=seg.item_id, content_index=0, delta=delta))
+        agreed = seg.agreement.update(text) if stable else ""
+        self.emit(de.Preview(segment_id=seg.index, item_id=seg.item_id, text=text, agreed=agreed))
 
     def _cancel_preview(self) -> None:
         if self._preview is not None and not self._preview.done():

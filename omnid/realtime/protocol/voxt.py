@@ -1,0 +1,37 @@
+"""The Voxt dialect (wire-identical to the sglang-omni MLX servers): previews as the whole hypothesis of a segment,
+sent only when it changed, one final per segment, the joined text at the end; no turn or item events."""
+
+from __future__ import annotations
+
+from omnid.realtime import events as de
+from omnid.realtime.protocol import server_events as ev
+
+RULES = de.TurnRules(min_commit_samples=0, commit_opens_item=False, append_only=False, keeps_text=True)
+
+
+class VoxtWire:
+    def __init__(self) -> None:
+        self.shown: dict[int, str] = {}  # the preview text last sent, per open segment
+
+    def __call__(self, event: de.DomainEvent) -> list[ev.ServerEvent]:
+        if isinstance(event, de.Preview):
+            if not event.text or event.text == self.shown.get(event.segment_id):
+                return []
+            self.shown[event.segment_id] = event.text
+            return [ev.TranscriptionSegment(segment_id=event.segment_id, text=event.text, is_final=False)]
+        if isinstance(event, de.Final):
+            self.shown.pop(event.segment_id, None)
+            return [ev.TranscriptionSegment(segment_id=event.segment_id, text=event.text, is_final=True)]
+        if isinstance(event, de.Failed):
+            self.shown.pop(event.segment_id, None)
+            return [ev.Error(error=failure(event))]
+        if isinstance(event, de.Refused):
+            return [ev.error(event.code, event.message)]
+        if isinstance(event, de.Cleared):
+            return [ev.Cleared()]
+        return []  # turns and items are not part of this dialect
+
+
+def failure(event: de.Failed) -> ev.ErrorDetail:
+    message = "the server is too busy to transcribe this segment" if event.busy else "transcription failed"
+    return ev.ErrorDetail(type="server_error", code="transcription_failed", message=message)
