@@ -10,7 +10,7 @@ import structlog
 from aiohttp import web, web_protocol
 
 from omnid.echo import shown
-from omnid.engine.errors import JobCancelledError, QueueFullError
+from omnid.runtime.errors import JobCancelledError, QueueFullError
 
 log = structlog.get_logger(__name__)
 

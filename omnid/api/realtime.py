@@ -14,7 +14,6 @@ from aiohttp import WSMsgType, web
 
 from omnid.api.errors import invalid, require_loaded, require_ready
 from omnid.api.fallback import require_websocket_upgrade
-from omnid.engine.errors import QueueFullError
 from omnid.realtime import settings as st
 from omnid.realtime.buffer import InvalidAudio, decode_pcm16
 from omnid.realtime.events import DomainEvent
@@ -23,6 +22,7 @@ from omnid.realtime.protocol import openai, voxt
 from omnid.realtime.protocol import server_events as ev
 from omnid.realtime.protocol.client_events import Dialect
 from omnid.realtime.session import Session, SessionError
+from omnid.runtime.errors import QueueFullError
 from omnid.runtime.registry import Services
 
 log = structlog.get_logger(__name__)

@@ -15,7 +15,6 @@ from omnid.api.errors import ApiError, invalid, require_loaded, require_ready, s
 from omnid.api.forms import Form, FormLimits, flag, integer, number, read_form, text
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.echo import shown
-from omnid.engine.errors import JobCancelledError
 from omnid.engine.interface import TranscriptionEngine
 from omnid.engine.whisper.engine import (
     Segment,
@@ -27,6 +26,7 @@ from omnid.logging import content
 from omnid.realtime.protocol.server_events import ErrorDetail, Usage  # one shape on every route
 from omnid.runtime import transcription
 from omnid.runtime.catalog import NotTranscription, UnknownLanguage, UnknownModel, UnsupportedLanguage, resolve_language
+from omnid.runtime.errors import JobCancelledError
 from omnid.runtime.models import transcribe_options
 from omnid.runtime.scheduler import EngineRuntime, Priority
 from omnid.vad.filter import speech_spans

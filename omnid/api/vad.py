@@ -11,7 +11,7 @@ from omnid.api.errors import invalid, require_ready
 from omnid.api.fallback import require_websocket_upgrade
 from omnid.api.forms import FormLimits, integer, number, read_form
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
-from omnid.engine.errors import QueueFullError
+from omnid.runtime.errors import QueueFullError
 from omnid.runtime.scheduler import Priority
 from omnid.vad.segments import SpeechParams, speech_timestamps
 from omnid.vad.stream import VadStream, probabilities

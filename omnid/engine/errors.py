@@ -1,4 +1,4 @@
-"""Errors the engine raises; the API maps them onto HTTP and socket errors."""
+"""Errors an engine raises while loading; the runtime's own errors are in omnid/runtime/errors.py."""
 
 
 class EngineError(Exception):
@@ -7,12 +7,3 @@ class EngineError(Exception):
 
 class CheckpointError(EngineError):
     """A checkpoint is missing, corrupt, mismatched or pinned to another hash. Raised at load, never later."""
-
-
-class QueueFullError(EngineError):
-    """The engine's queue is at its configured cap; the caller should retry later."""
-
-
-class JobCancelledError(EngineError):
-    """The job was cancelled while queued or running."""
-

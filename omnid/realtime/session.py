@@ -23,7 +23,6 @@ import structlog
 
 from omnid.audio import SAMPLE_RATE
 from omnid.config import RealtimeConfig, TranscriptionConfig
-from omnid.engine.errors import JobCancelledError, QueueFullError
 from omnid.engine.interface import TranscriptionEngine
 from omnid.logging import content
 from omnid.realtime import events as de
@@ -33,6 +32,7 @@ from omnid.realtime.events import DomainEvent, TurnRules
 from omnid.realtime.settings import Settings
 from omnid.realtime.text import LocalAgreement, join_segments
 from omnid.runtime import transcription
+from omnid.runtime.errors import JobCancelledError, QueueFullError
 from omnid.runtime.models import transcribe_options
 from omnid.runtime.scheduler import EngineRuntime
 from omnid.vad.batcher import VadBatcher

@@ -20,7 +20,7 @@ from typing import Any, Callable, Generic, TypeVar
 import mlx.core as mx
 import structlog
 
-from omnid.engine.errors import JobCancelledError, QueueFullError
+from omnid.runtime.errors import JobCancelledError, QueueFullError
 
 log = structlog.get_logger(__name__)
 
