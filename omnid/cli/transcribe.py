@@ -22,7 +22,7 @@ from omnid.runtime.catalog import (
     UnsupportedLanguage,
     resolve_language,
 )
-from omnid.runtime.models import transcribe_options, whisper_runtime
+from omnid.runtime.models import model_runtime, transcribe_options
 from omnid.runtime.scheduler import EngineRuntime
 
 
@@ -31,7 +31,7 @@ async def start_model(config: Config, model_id: str | None) -> EngineRuntime[Tra
         model = config.model(ModelCatalog.from_config(config).resolve(model_id))
     except (UnknownModel, NotTranscription) as exc:
         raise ConfigError(f"--model: no transcription model {model_id!r}") from exc
-    runtime = whisper_runtime(model, config)
+    runtime = model_runtime(model, config)
     runtime.start()
     await runtime.wait_loaded()
     return runtime

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from omnid.config import (
     Config,
     ModelConfig,
@@ -15,13 +17,21 @@ from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
 from omnid.runtime.scheduler import EngineRuntime
 
 
-def whisper_runtime(model: ModelConfig, config: Config) -> EngineRuntime[TranscriptionEngine]:
+def whisper_engine(model: ModelConfig) -> Callable[[], TranscriptionEngine]:
+    """Loads on the runtime's own thread: the folder and pins are resolved now, the weights there."""
     folder = model_folder(model)
     pins = load_pins().get(model.id, {})
-    return EngineRuntime(
-        model.id, lambda: WhisperEngine(model.id, folder, pins), config.engine.max_queue,
-        final_reserve=config.realtime.max_sessions,
-    )
+    return lambda: WhisperEngine(model.id, folder, pins)
+
+
+# How each kind of model in the configuration becomes an engine (Qwen3-ASR joins here).
+ENGINES: dict[str, Callable[[ModelConfig], Callable[[], TranscriptionEngine]]] = {"whisper": whisper_engine}
+
+
+def model_runtime(model: ModelConfig, config: Config) -> EngineRuntime[TranscriptionEngine]:
+    """One runtime (worker thread, queue) for a configured model, built by its kind."""
+    return EngineRuntime(model.id, ENGINES[model.kind](model), config.engine.max_queue,
+                         final_reserve=config.realtime.max_sessions)
 
 
 def transcribe_options(

@@ -13,7 +13,7 @@ from omnid.config import Config
 from omnid.engine.interface import TranscriptionEngine
 from omnid.metrics import Metrics
 from omnid.runtime.catalog import ModelCatalog
-from omnid.runtime.models import whisper_runtime
+from omnid.runtime.models import model_runtime
 from omnid.runtime.scheduler import EngineRuntime
 from omnid.vad.batcher import VadBatcher
 from omnid.vad.silero import SileroVAD
@@ -36,7 +36,7 @@ class Services:
     def create(cls, config: Config) -> "Services":
         services = cls(config)
         for model in config.models:
-            services.transcribers[model.id] = whisper_runtime(model, config)
+            services.transcribers[model.id] = model_runtime(model, config)
         weights = Path(config.vad.weights).expanduser() if config.vad.weights else None
         # The realtime batcher has at most one job queued at a time, at FINAL priority: the reserve keeps a queue
         # full of file requests from ever refusing a live session's audio.
