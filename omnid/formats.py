@@ -7,7 +7,7 @@ from typing import Literal
 import msgspec
 
 from omnid.engine.languages import LANGUAGES
-from omnid.engine.whisper.engine import Transcript
+from omnid.engine.transcript import Transcript
 
 ResponseFormat = Literal["json", "text", "verbose_json", "srt", "vtt"]
 FORMATS: tuple[str, ...] = ("json", "text", "verbose_json", "srt", "vtt")

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from omnid.engine.whisper.engine import Segment, TranscribeOptions, Transcript
+    from omnid.engine.transcript import Segment, Transcript
+    from omnid.engine.whisper.engine import TranscribeOptions
 
 Check = Callable[[], None]
 

@@ -9,7 +9,8 @@ import numpy as np
 
 from omnid.audio import SAMPLE_RATE
 from omnid.engine.interface import TranscriptionEngine
-from omnid.engine.whisper.engine import Segment, TranscribeOptions, Transcript
+from omnid.engine.transcript import Segment, Transcript
+from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.runtime.scheduler import EngineRuntime, Priority
 
 Runtime = EngineRuntime[TranscriptionEngine]

@@ -3,11 +3,10 @@ normalised, aligned to the text tokens by dynamic time warping, then grouped int
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import mlx.core as mx
 import numpy as np
 
+from omnid.engine.transcript import Word
 from omnid.engine.whisper.model import Whisper
 from omnid.engine.whisper.tokenizer import WhisperTokenizer
 
@@ -15,14 +14,6 @@ TOKENS_PER_SECOND = 50  # encoder positions per second of audio
 MEDIAN_WIDTH = 7
 LEADING_PUNCTUATION = "\"'“¿([{-"
 TRAILING_PUNCTUATION = "\"'.。,，!！?？:：”)]}、"
-
-
-@dataclass(frozen=True)
-class Word:
-    word: str
-    start: float
-    end: float
-    probability: float
 
 
 def _median_filter(x: np.ndarray, width: int) -> np.ndarray:

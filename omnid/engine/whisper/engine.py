@@ -18,7 +18,8 @@ import structlog
 from omnid.engine import pins as pinning
 from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import Capabilities
-from omnid.engine.whisper.alignment import Word, word_timestamps
+from omnid.engine.transcript import Segment, Transcript, Word
+from omnid.engine.whisper.alignment import word_timestamps
 from omnid.engine.whisper.checkpoint import load_checkpoint
 from omnid.engine.whisper.decoding import (
     TIME_PRECISION,
@@ -40,31 +41,6 @@ from omnid.engine.whisper.tokenizer import WhisperTokenizer, tokenizer_files
 log = structlog.get_logger(__name__)
 
 INPUT_STRIDE = 2  # mel frames per encoder position
-
-
-@dataclass(frozen=True)
-class Segment:
-    id: int
-    seek: int
-    start: float
-    end: float
-    text: str
-    tokens: list[int]
-    temperature: float
-    avg_logprob: float
-    compression_ratio: float
-    no_speech_prob: float
-    words: list[Word] | None = None
-
-
-@dataclass(frozen=True)
-class Transcript:
-    text: str
-    segments: list[Segment]
-    language: str
-    duration: float
-    generated_tokens: int
-    finish_reason: str
 
 
 @dataclass(frozen=True)
