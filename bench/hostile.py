@@ -70,12 +70,12 @@ async def single_requests(tree: Path, args: argparse.Namespace) -> dict:
         try:
             async with aiohttp.ClientSession() as http:
                 await abuse.warm_up(http, url)
-                base = abuse.status_mb(proc.pid, "VmRSS")
+                base = abuse.rss_mb(proc.pid)
                 out: dict = {"rss_after_warm_up_mb": round(base, 1)}
 
                 status, seconds, _ = await timed_post(http, url + TRANSCRIBE, {}, ("bomb.flac", flac_silence(3600)),
                                                       args.bomb_timeout)
-                out["bomb"] = f"{status} in {seconds:.1f} s, peak +{abuse.status_mb(proc.pid, 'VmHWM') - base:.0f} MB"
+                out["bomb"] = f"{status} in {seconds:.1f} s, peak +{abuse.rss_mb(proc.pid, peak=True) - base:.0f} MB"
                 await abuse.idle(http, url, timeout=args.bomb_timeout * 20)
 
                 body = b'--b\r\nContent-Disposition: form-data; name="a"\r\n\r\n\r\n' * 480_000 + b"--b--\r\n"
@@ -107,7 +107,7 @@ async def memory(tree: Path) -> str:
         try:
             async with aiohttp.ClientSession() as http:
                 await abuse.warm_up(http, url)
-                base = abuse.status_mb(proc.pid, "VmRSS")
+                base = abuse.rss_mb(proc.pid)
                 statuses = await abuse.abuse(http, url, port, flac_silence(3600))
                 speech, quiet = abuse.clip_audio("librispeech_3005-163389-0007"), abuse.noise(1.0, level=0.001)
                 for i in range(25):
@@ -115,7 +115,7 @@ async def memory(tree: Path) -> str:
                     await abuse.never_reading_session(http, url, 20)
                 await abuse.idle(http, url)
                 await asyncio.sleep(1.0)
-                after = abuse.status_mb(proc.pid, "VmRSS")
+                after = abuse.rss_mb(proc.pid)
                 fives = sum(1 for s in statuses if s >= 500)
                 return f"{base:.0f} -> {after:.0f} MB ({after - base:+.0f} MB), {fives} of 200 answered 5xx"
         finally:

@@ -71,7 +71,7 @@ def _decode(container: av.container.InputContainer, max_seconds: float | None) -
         for frame in container.decode(stream):
             out.add(_to_mono(frame))
     except av.error.FFmpegError as exc:
-        if not out.chunks:
+        if not out.total:
             raise AudioDecodeError("the audio data is corrupt or truncated") from exc
         # A damaged tail after good audio: keep what decoded, as ffmpeg does.
     return out.finish()
@@ -91,10 +91,6 @@ class _Output:
         self.max_seconds = max_seconds
         self.blocks: list[np.ndarray] = []
         self.total = 0
-
-    @property
-    def chunks(self) -> bool:
-        return self.total > 0
 
     def add(self, samples: np.ndarray, last: bool = False) -> None:
         if self.resampler is not None:
@@ -119,13 +115,9 @@ class _Output:
         if not self.total:
             raise AudioDecodeError("the file contains no decodable audio")
         audio = np.empty(self.total, np.float32)
-        pos = 0
-        while self.blocks:
-            block = self.blocks.pop(0)
-            n = min(len(block), self.total - pos)
-            audio[pos : pos + n] = block[:n]
-            pos += n
-            del block
+        while self.blocks:  # last block first, each freed once copied
+            start = (len(self.blocks) - 1) * self.BLOCK_SAMPLES
+            audio[start : start + self.BLOCK_SAMPLES] = self.blocks.pop()[: self.total - start]
         return audio
 
 

@@ -67,22 +67,15 @@ def invalid(param: str, message: str, code: str = "invalid_value") -> ApiError:
     return ApiError(400, message, param=param, code=code)
 
 
-# aiohttp's own refusals (no route, wrong method, a WebSocket route without the upgrade), in the same JSON shape.
+# Any aiohttp HTTPException that still reaches the middleware, in the same JSON shape (unknown routes, wrong methods
+# and WebSocket handshakes are answered before that: omnid/api/fallback.py).
 HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
-def _from_http(request: web.Request, exc: web.HTTPException) -> web.Response:
-    code = HTTP_CODES.get(exc.status, "invalid_request")
-    if exc.status == 404:
-        message = f"no route {request.method} {shown(request.path)}; see the API documentation"
-    elif exc.status == 405:
-        message = f"{request.method} is not allowed on {shown(request.path)}"
-    elif request.path == "/v1/realtime" or request.path.endswith("/stream"):
-        message = "this route is a WebSocket: connect with 'Connection: Upgrade' and 'Upgrade: websocket'"
-    else:
-        message = exc.reason or "bad request"
+def _from_http(exc: web.HTTPException) -> web.Response:
     headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
-    return ApiError(exc.status, message, code=code, headers=headers).response()
+    return ApiError(exc.status, exc.reason.lower(), code=HTTP_CODES.get(exc.status, "invalid_request"),
+                    headers=headers).response()
 
 
 @web.middleware
@@ -103,7 +96,7 @@ async def error_middleware(request: web.Request, handler):
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return _from_http(request, exc)
+        return _from_http(exc)
     except (asyncio.CancelledError, ConnectionError):
         raise  # the client is gone: nobody to answer
     except Exception:  # noqa: BLE001  (a bug: logged with its trace, answered in the JSON shape)

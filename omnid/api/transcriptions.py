@@ -11,7 +11,7 @@ import msgspec
 import structlog
 from aiohttp import web
 
-from omnid.api.errors import ApiError, invalid, require_loaded, require_ready, shutting_down
+from omnid.api.errors import ApiError, invalid, require_loaded, require_ready
 from omnid.api.forms import Form, FormLimits, flag, integer, number, read_form, text
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.echo import shown
@@ -25,9 +25,8 @@ from omnid.runtime import transcription
 from omnid.runtime.catalog import NotTranscription, UnknownLanguage, UnknownModel, UnsupportedLanguage, resolve_language
 from omnid.runtime.errors import JobCancelledError
 from omnid.runtime.models import transcribe_options
-from omnid.runtime.scheduler import EngineRuntime, Priority
+from omnid.runtime.scheduler import EngineRuntime
 from omnid.vad.filter import speech_spans
-from omnid.vad.stream import probabilities
 
 log = structlog.get_logger(__name__)
 
@@ -154,10 +153,6 @@ async def handle(request: web.Request, services) -> web.StreamResponse:
         if req.stream:
             return await _stream(request, req, audio, speech, config.server.sse_heartbeat_s)
         transcript = await _submit(req, audio, speech, None)
-    except JobCancelledError:
-        if services.draining:  # the daemon stopped before this job could finish
-            raise shutting_down() from None
-        raise
     finally:
         _log(req, audio, started, transcript.text if transcript is not None else None)
     body = render(transcript, req.response_format, words=req.options.word_timestamps)
@@ -166,9 +161,8 @@ async def handle(request: web.Request, services) -> web.StreamResponse:
 
 async def _speech(audio, services) -> list[tuple[int, int]]:
     """Where Silero VAD hears speech in the file: the only parts the model will see."""
-    vad, t = services.vad, services.config.transcription
-    probs = await vad.submit(lambda check: probabilities(vad.engine, audio, check), Priority.FILE,
-                             audio_s=len(audio) / SAMPLE_RATE)
+    t = services.config.transcription
+    probs = await transcription.speech_probabilities(services.vad, audio)
     return speech_spans(probs, len(audio), VAD_FILTER_THRESHOLD, t.vad_filter_min_silence_s, t.vad_filter_pad_s)
 
 

@@ -11,10 +11,10 @@ from omnid.api.errors import invalid, require_ready
 from omnid.api.fallback import require_websocket_upgrade
 from omnid.api.forms import FormLimits, integer, number, read_form
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
+from omnid.runtime import transcription
 from omnid.runtime.errors import QueueFullError
-from omnid.runtime.scheduler import Priority
 from omnid.vad.segments import SpeechParams, speech_timestamps
-from omnid.vad.stream import VadStream, probabilities
+from omnid.vad.stream import VadStream
 
 # Durations (ms) the speech-timestamp fields accept: an hour; longer means nothing for speech.
 MAX_MS = 3_600_000
@@ -49,8 +49,7 @@ async def speech_timestamps_route(request: web.Request, services) -> web.Respons
         audio = await loop.run_in_executor(None, decode_audio, form.file, config.transcription.max_audio_seconds)
     except AudioDecodeError as exc:
         raise invalid("file", f"file: {exc}", "invalid_audio") from exc
-    probs = await services.vad.submit(lambda check: probabilities(services.vad.engine, audio, check), Priority.FILE,
-                                      audio_s=len(audio) / 16000)
+    probs = await transcription.speech_probabilities(services.vad, audio)
     spans = speech_timestamps(probs, len(audio), params)
     return web.json_response({"sample_rate": SAMPLE_RATE, "timestamps": spans})
 

@@ -80,7 +80,7 @@ async def _watch_stdin(stop: asyncio.Event, reason: list[str]) -> None:
     """Reads control lines from the parent: a shutdown command or end of input stops the daemon. Nothing the
     parent writes can end this watch early: end of input always stops the daemon (the parent is gone)."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_CONTROL_LINE)
+    reader = asyncio.StreamReader()
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         lines = ControlLines()

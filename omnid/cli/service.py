@@ -1,7 +1,7 @@
 """``omnid service install|uninstall|status|print``: run the daemon as a per-user service.
 
 macOS: a LaunchAgent (``launchd/com.omnid.daemon.plist``) in ~/Library/LaunchAgents, loaded with ``launchctl
-bootstrap``. Linux: a systemd user unit (``launchd/omnid.cli.service``) in ~/.config/systemd/user, enabled with
+bootstrap``. Linux: a systemd user unit (``launchd/omnid.service``) in ~/.config/systemd/user, enabled with
 ``systemctl --user``. Both start the daemon of this installation with the user's config, restart it after a
 crash, and write its logs under the user's log folder.
 """

@@ -59,7 +59,7 @@ class Services:
         """A model's kind as /v1/models and /health name it."""
         if self.vad is not None and name == self.vad.name:
             return "silero_vad"
-        return self.catalog.kinds.get(name, "whisper")
+        return self.catalog.kinds[name]
 
     def runtimes(self) -> list[EngineRuntime]:
         return [*self.transcribers.values(), *([self.vad] if self.vad else [])]

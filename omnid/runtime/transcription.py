@@ -1,5 +1,6 @@
-"""The one call path from the daemon's callers to a transcription engine: each function is one job on the model's
-runtime (queued by priority, cancellable, counted in the metrics with the audio it covers)."""
+"""The one call path from the daemon's callers to an engine: each function is one job on the model's runtime (queued
+by priority, cancellable, counted in the metrics with the audio it covers). The realtime VAD batcher alone submits
+its own batched jobs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from omnid.engine.interface import TranscriptionEngine
 from omnid.engine.transcript import Segment, Transcript
 from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.runtime.scheduler import EngineRuntime, Priority
+from omnid.vad.silero import SileroVAD
+from omnid.vad.stream import probabilities
 
 Runtime = EngineRuntime[TranscriptionEngine]
 
@@ -54,3 +57,10 @@ async def final(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions, se
         return text
 
     return await runtime.submit(job, Priority.FINAL, audio_s=len(audio) / SAMPLE_RATE)
+
+
+async def speech_probabilities(runtime: EngineRuntime[SileroVAD], audio: np.ndarray) -> np.ndarray:
+    """Silero's speech probability for every window of a whole file, at file priority."""
+    vad = runtime.engine
+    return await runtime.submit(lambda check: probabilities(vad, audio, check), Priority.FILE,
+                                audio_s=len(audio) / SAMPLE_RATE)

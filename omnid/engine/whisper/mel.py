@@ -80,13 +80,12 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80) -> mx.array:
 
 
 def _padded(audio: np.ndarray) -> np.ndarray:
-    """160 zeros at the end, then reflect padding of n_fft/2 each side, built with one copy of the audio."""
+    """160 zeros at the end (and more when the audio is shorter than the reflection), then reflect padding of
+    n_fft/2 each side, written into one array: an hour of audio is copied once, not three times."""
     pad = N_FFT // 2
-    tail = np.concatenate([audio[-(pad + 1):], np.zeros(HOP_LENGTH, np.float32)])
-    if audio.size + HOP_LENGTH <= pad:  # reflect padding needs more samples than it pads
-        x = np.concatenate([tail, np.zeros(pad + 1 - tail.size, np.float32)])
-        return np.concatenate([x[1 : pad + 1][::-1], x, x[-pad - 1 : -1][::-1]])
-    head = np.concatenate([audio[: pad + 1], np.zeros(max(0, pad + 1 - audio.size), np.float32)])
-    if audio.size < pad + 1:  # the head's reflection reaches into the zeros after the audio
-        head = np.concatenate([audio, np.zeros(HOP_LENGTH, np.float32)])[: pad + 1]
-    return np.concatenate([head[1 : pad + 1][::-1], audio, np.zeros(HOP_LENGTH, np.float32), tail[-pad - 1 : -1][::-1]])
+    n = max(audio.size + HOP_LENGTH, pad + 1)
+    x = np.zeros(n + 2 * pad, np.float32)
+    x[pad : pad + audio.size] = audio
+    x[:pad] = x[2 * pad : pad : -1]
+    x[pad + n :] = x[pad + n - 2 : n - 2 : -1]
+    return x

@@ -6,7 +6,6 @@ from __future__ import annotations
 from omnid.audio import SAMPLE_RATE
 from omnid.realtime import events as de
 from omnid.realtime.protocol import server_events as ev
-from omnid.realtime.protocol.voxt import failure
 
 RULES = de.TurnRules(min_commit_samples=SAMPLE_RATE // 10, commit_opens_item=True, append_only=True, keeps_text=False)
 
@@ -26,7 +25,7 @@ class OpenAIWire:
         if isinstance(event, de.Final):
             return self._final(event)
         if isinstance(event, de.Failed):
-            return [ev.TranscriptFailed(item_id=event.item_id, content_index=0, error=failure(event))]
+            return [ev.TranscriptFailed(item_id=event.item_id, content_index=0, error=ev.transcription_failed(event.busy))]
         return [ev.error(event.code, event.message)]
 
     @staticmethod

@@ -99,3 +99,9 @@ class TranscriptFailed(ServerEvent, tag="conversation.item.input_audio_transcrip
 def error(code: str, message: str, *, type: str = "invalid_request_error", param: str | None = None,
           event_id: str | None = None) -> Error:
     return Error(error=ErrorDetail(type=type, code=code, message=message, param=param, event_id=event_id))
+
+
+def transcription_failed(busy: bool) -> ErrorDetail:
+    """Why a segment has no transcript: the engine's queue was full, or the engine failed."""
+    message = "the server is too busy to transcribe this segment" if busy else "transcription failed"
+    return ErrorDetail(type="server_error", code="transcription_failed", message=message)

@@ -24,14 +24,10 @@ class VoxtWire:
             return [ev.TranscriptionSegment(segment_id=event.segment_id, text=event.text, is_final=True)]
         if isinstance(event, de.Failed):
             self.shown.pop(event.segment_id, None)
-            return [ev.Error(error=failure(event))]
+            return [ev.Error(error=ev.transcription_failed(event.busy))]
         if isinstance(event, de.Refused):
             return [ev.error(event.code, event.message)]
         if isinstance(event, de.Cleared):
             return [ev.Cleared()]
         return []  # turns and items are not part of this dialect
 
-
-def failure(event: de.Failed) -> ev.ErrorDetail:
-    message = "the server is too busy to transcribe this segment" if event.busy else "transcription failed"
-    return ev.ErrorDetail(type="server_error", code="transcription_failed", message=message)
