@@ -101,9 +101,21 @@ class SecurityConfig(msgspec.Struct, forbid_unknown_fields=True):
     log_content: bool = False
 
 
+class Qwen3AsrConfig(msgspec.Struct, forbid_unknown_fields=True):
+    max_chunk_s: float = 1200.0
+    split_search_s: float = 5.0
+    min_new_tokens: int = 128
+    tokens_per_second: float = 10.0
+    loop_window: int = 24
+    loop_max_distinct: int = 3
+    stream_unfixed_decodes: int = 2
+    stream_rollback_tokens: int = 5
+    preview_max_new_tokens: int = 32
+
+
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
     id: str
-    kind: Literal["whisper"] = "whisper"
+    kind: Literal["whisper", "qwen3_asr"] = "whisper"
     path: str = ""
     package: str = ""
     # Other names requests may use for this model (HTTP `model`, a realtime session's model).
@@ -117,6 +129,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True):
     transcription: TranscriptionConfig = msgspec.field(default_factory=TranscriptionConfig)
     realtime: RealtimeConfig = msgspec.field(default_factory=RealtimeConfig)
     security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
+    qwen3_asr: Qwen3AsrConfig = msgspec.field(default_factory=Qwen3AsrConfig)
     models: list[ModelConfig] = msgspec.field(default_factory=list)
 
     def model(self, model_id: str) -> ModelConfig:
@@ -250,6 +263,16 @@ def _check_values(config: Config) -> None:
         raise ConfigError("vad.max_queue must be at least 1")
     if not 0 < config.vad.max_frame_seconds <= 600:
         raise ConfigError("vad.max_frame_seconds must be in (0, 600]")
+    q = config.qwen3_asr
+    if not 30 <= q.max_chunk_s <= 3600 or not 0 <= q.split_search_s <= q.max_chunk_s / 4:
+        raise ConfigError("qwen3_asr.max_chunk_s must be in [30, 3600] and split_search_s in [0, max_chunk_s / 4]")
+    if not 1 <= q.min_new_tokens <= 4096 or not 0 < q.tokens_per_second <= 100 or not 1 <= q.preview_max_new_tokens <= 4096:
+        raise ConfigError("qwen3_asr: min_new_tokens and preview_max_new_tokens must be in [1, 4096], "
+                          "tokens_per_second in (0, 100]")
+    if q.loop_window < 0 or not 1 <= q.loop_max_distinct < max(2, q.loop_window):
+        raise ConfigError("qwen3_asr.loop_window must be >= 0 (0: off) and loop_max_distinct in [1, loop_window)")
+    if q.stream_unfixed_decodes < 0 or q.stream_rollback_tokens < 0:
+        raise ConfigError("qwen3_asr.stream_unfixed_decodes and stream_rollback_tokens must not be negative")
     t = config.transcription
     if t.max_audio_seconds <= 0:
         raise ConfigError("transcription.max_audio_seconds must be positive")

@@ -95,6 +95,9 @@ def parse(form: Form, services) -> Request:
                       "unsupported_language") from None
     limits = services.config.transcription
     temperature = number(form, "temperature", low=0.0, high=1.0)
+    if temperature and not can.temperature:
+        raise invalid("temperature", f"model {runtime.name} decodes greedily only: temperature must be 0",
+                      "unsupported_value")
     max_new_tokens = integer(form, "max_new_tokens", high=can.max_new_tokens)
     prompt = text(form, "prompt", max_chars=limits.max_prompt_chars)
     if prompt and prompt.strip() and not can.prompt:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from omnid.audio import AudioDecodeError, decode_audio
 from omnid.cli.progress import Progress
-from omnid.config import Config, ConfigError
+from omnid.config import Config, ConfigError, ModelConfig
 from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.qwen3_asr.checkpoint import is_qwen3_asr
 from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.formats import EXTENSIONS, render
 from omnid.runtime import transcription
@@ -26,11 +27,24 @@ from omnid.runtime.models import model_runtime, transcribe_options
 from omnid.runtime.scheduler import EngineRuntime
 
 
+def folder_model(folder: Path) -> ModelConfig:
+    """A checkpoint folder given as --model: its kind told by its files."""
+    if is_qwen3_asr(folder):
+        return ModelConfig(id=folder.name, kind="qwen3_asr", path=str(folder))
+    if any((folder / name).exists() for name in ("model.bin", "weights.safetensors", "weights.npz", "model.safetensors")):
+        return ModelConfig(id=folder.name, kind="whisper", path=str(folder))
+    raise ConfigError(f"--model: {folder} holds no Whisper or Qwen3-ASR checkpoint")
+
+
 async def start_model(config: Config, model_id: str | None) -> EngineRuntime[TranscriptionEngine]:
-    try:
-        model = config.model(ModelCatalog.from_config(config).resolve(model_id))
-    except (UnknownModel, NotTranscription) as exc:
-        raise ConfigError(f"--model: no transcription model {model_id!r}") from exc
+    """A configured model by id or alias, or a checkpoint folder given by its path."""
+    if model_id and Path(model_id).expanduser().is_dir() and model_id not in {m.id for m in config.models}:
+        model = folder_model(Path(model_id).expanduser())
+    else:
+        try:
+            model = config.model(ModelCatalog.from_config(config).resolve(model_id))
+        except (UnknownModel, NotTranscription) as exc:
+            raise ConfigError(f"--model: no transcription model or checkpoint folder {model_id!r}") from exc
     runtime = model_runtime(model, config)
     runtime.start()
     await runtime.wait_loaded()
@@ -48,9 +62,25 @@ def language_option(engine: TranscriptionEngine, value: str | None) -> str | Non
                           f"(only {', '.join(engine.capabilities.languages[:8])})") from None
 
 
+def check_options(engine: TranscriptionEngine, args: argparse.Namespace) -> None:
+    """What this model cannot do is refused before any audio is read, naming the option."""
+    can = engine.capabilities
+    if args.temperature and not can.temperature:
+        raise ConfigError(f"--temperature: model {engine.model_id} decodes greedily only")
+    if args.word_timestamps and not can.word_timestamps:
+        raise ConfigError(f"--word-timestamps: model {engine.model_id} gives no word timestamps")
+    if args.format in ("srt", "vtt") and not can.timestamps:
+        raise ConfigError(f"--format: model {engine.model_id} gives no timestamps for {args.format}")
+
+
 async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
     runtime = await start_model(config, args.model)
     engine = runtime.engine
+    try:
+        check_options(engine, args)
+    except ConfigError:
+        runtime.close()
+        raise
     opts = transcribe_options(
         config.transcription,
         language=language_option(engine, args.language),

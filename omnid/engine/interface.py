@@ -26,6 +26,19 @@ class Capabilities:
     # How a live preview of an open segment is made: "forced_prefix" re-decodes the segment with its stable
     # words forced as the decoder's prefix (Whisper); "redecode" decodes the whole segment again.
     streaming: Literal["forced_prefix", "redecode"]
+    temperature: bool = True  # samples at a temperature (else greedy only)
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A "redecode" engine's last decode of an open segment: what it shows, and what its next decode continues."""
+
+    text: str
+    raw: str  # the decoded answer as the model wrote it (the next decode's prefix comes from it)
+    decodes: int  # decodes of this segment so far
+    language: str | None  # detected or forced: forced for the rest of the segment
+    raw_language: str | None = None  # the language forced in the decode that wrote ``raw`` (None: raw names it)
+    tokens: tuple[int, ...] = ()
 
 
 class TranscriptionEngine(Protocol):
@@ -47,3 +60,10 @@ class TranscriptionEngine(Protocol):
                          check: Check = ..., on_segment: Callable[[Segment], None] | None = None) -> Transcript: ...
 
     def preview(self, audio: np.ndarray, opts: TranscribeOptions, prefix: str = "", check: Check = ...) -> str: ...
+
+
+class RedecodingEngine(TranscriptionEngine, Protocol):
+    """An engine whose live previews re-decode the open segment (capabilities.streaming == "redecode")."""
+
+    def redecode(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
+                 check: Check = ..., final: bool = False) -> Hypothesis: ...

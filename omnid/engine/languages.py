@@ -24,7 +24,7 @@ LANGUAGES: dict[str, str] = {
 ALIASES: dict[str, str] = {name: code for code, name in LANGUAGES.items()} | {
     "burmese": "my", "valencian": "ca", "flemish": "nl", "haitian": "ht", "letzeburgesch": "lb",
     "pushto": "ps", "panjabi": "pa", "moldavian": "ro", "moldovan": "ro", "sinhalese": "si",
-    "castilian": "es", "mandarin": "zh",
+    "castilian": "es", "mandarin": "zh", "filipino": "tl",
 }
 
 

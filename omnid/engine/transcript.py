@@ -27,6 +27,7 @@ class Segment:
     compression_ratio: float
     no_speech_prob: float
     words: list[Word] | None = None
+    language: str | None = None  # the language detected in this part of the audio, where the engine tells
 
 
 @dataclass(frozen=True)

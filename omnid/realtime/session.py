@@ -23,7 +23,7 @@ import structlog
 
 from omnid.audio import SAMPLE_RATE
 from omnid.config import RealtimeConfig, TranscriptionConfig
-from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.interface import Hypothesis, TranscriptionEngine
 from omnid.logging import content
 from omnid.realtime import events as de
 from omnid.realtime.buffer import AudioBuffer, BufferOverflow
@@ -64,6 +64,7 @@ class Segment:
     speech_at: int | None = None  # first window above the speech threshold
     previewed_to: int | None = None  # buffer end at the last preview
     agreement: LocalAgreement = field(default_factory=lambda: LocalAgreement(hold_back=1))
+    hypothesis: Hypothesis | None = None  # a re-decoding engine's last decode of this segment
 
 
 @dataclass
@@ -355,9 +356,12 @@ class Session:
         opts = transcribe_options(self.transcription, language=s.language, prompt=s.prompt,
                                   prompt_tokens=self.prompt_tokens, window=self.config.preview_window, temperature=0.0)
         opts = replace(opts, temperature_increment=0.0)  # a preview is never worth a retry
-        prefix = seg.agreement.text()
         try:
-            text = await transcription.preview(runtime, audio, opts, prefix)
+            if runtime.engine.capabilities.streaming == "redecode":
+                seg.hypothesis = await transcription.redecode(runtime, audio, opts, seg.hypothesis)
+                text = seg.hypothesis.text
+            else:
+                text = await transcription.preview(runtime, audio, opts, seg.agreement.text())
         except (QueueFullError, JobCancelledError):
             return  # the machine is behind: this preview is skipped, the next one will be fresher
         except Exception:  # noqa: BLE001  (a failed preview costs only that preview)

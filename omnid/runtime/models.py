@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import msgspec
+
 from omnid.config import (
     Config,
     ModelConfig,
@@ -12,6 +14,7 @@ from omnid.config import (
     model_folder,
 )
 from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
 from omnid.engine.whisper.decoding import DecodeOptions
 from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
 from omnid.runtime.scheduler import EngineRuntime
@@ -24,13 +27,23 @@ def whisper_engine(model: ModelConfig) -> Callable[[], TranscriptionEngine]:
     return lambda: WhisperEngine(model.id, folder, pins)
 
 
-# How each kind of model in the configuration becomes an engine (Qwen3-ASR joins here).
-ENGINES: dict[str, Callable[[ModelConfig], Callable[[], TranscriptionEngine]]] = {"whisper": whisper_engine}
+def qwen3_asr_engine(model: ModelConfig, config: Config) -> Callable[[], TranscriptionEngine]:
+    folder = model_folder(model)
+    pins = load_pins().get(model.id, {})
+    options = QwenOptions(**msgspec.structs.asdict(config.qwen3_asr))
+    return lambda: Qwen3AsrEngine(model.id, folder, pins, options)
+
+
+# How each kind of model in the configuration becomes an engine.
+ENGINES: dict[str, Callable[[ModelConfig, Config], Callable[[], TranscriptionEngine]]] = {
+    "whisper": lambda model, _config: whisper_engine(model),
+    "qwen3_asr": qwen3_asr_engine,
+}
 
 
 def model_runtime(model: ModelConfig, config: Config) -> EngineRuntime[TranscriptionEngine]:
     """One runtime (worker thread, queue) for a configured model, built by its kind."""
-    return EngineRuntime(model.id, ENGINES[model.kind](model), config.engine.max_queue,
+    return EngineRuntime(model.id, ENGINES[model.kind](model, config), config.engine.max_queue,
                          final_reserve=config.realtime.max_sessions)
 
 

@@ -5,11 +5,12 @@ its own batched jobs."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
 from omnid.audio import SAMPLE_RATE
-from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.interface import Hypothesis, RedecodingEngine, TranscriptionEngine
 from omnid.engine.transcript import Segment, Transcript
 from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.runtime.scheduler import EngineRuntime, Priority
@@ -42,6 +43,14 @@ async def preview(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions, 
     """The text of an open segment so far, continuing ``prefix``, at preview priority."""
     engine = runtime.engine
     return await runtime.submit(lambda check: engine.preview(audio, opts, prefix, check), Priority.PREVIEW,
+                                audio_s=len(audio) / SAMPLE_RATE)
+
+
+async def redecode(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions,
+                   previous: Hypothesis | None) -> Hypothesis:
+    """A re-decoding engine's next hypothesis of an open segment (its streaming recipe), at preview priority."""
+    engine = cast(RedecodingEngine, runtime.engine)
+    return await runtime.submit(lambda check: engine.redecode(audio, opts, previous, check), Priority.PREVIEW,
                                 audio_s=len(audio) / SAMPLE_RATE)
 
 

@@ -11,7 +11,6 @@ tensor named, so no request ever meets a broken model.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import mlx.core as mx
 import numpy as np
 
 from omnid.engine.errors import CheckpointError
+from omnid.engine.json_file import read_json_object
 from omnid.engine.whisper.ct2 import read_model_bin
 from omnid.engine.whisper.model import ModelDims, sinusoids
 
@@ -128,16 +128,6 @@ def _float32(name: str, arr: mx.array, source: Path) -> mx.array:
     return arr.astype(mx.float32)
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise CheckpointError(f"{path}: missing") from exc
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    return data
 
 
 def _config_int(cfg: dict, key: str, path: Path) -> int:
@@ -168,7 +158,7 @@ def _load_ct2(folder: Path) -> Checkpoint:
     spec, variables = read_model_bin(model_bin)
     if spec != "WhisperSpec":
         raise CheckpointError(f"{model_bin}: spec {spec!r} is not a Whisper model")
-    cfg = _read_json(config_path) if config_path.exists() else {}
+    cfg = read_json_object(config_path) if config_path.exists() else {}
 
     def var(name: str) -> np.ndarray:
         if name not in variables:
@@ -272,7 +262,7 @@ def _load_arrays(path: Path) -> dict[str, mx.array]:
 
 def _load_mlx(folder: Path) -> Checkpoint:
     config_path = folder / "config.json"
-    cfg = _read_json(config_path)
+    cfg = read_json_object(config_path)
     if cfg.get("quantization"):
         raise CheckpointError(f"{config_path}: quantized MLX checkpoints are not supported yet")
     dims = ModelDims(**{k: _config_int(cfg, k, config_path) for k in ModelDims.__dataclass_fields__})
@@ -328,7 +318,7 @@ def hf_to_canonical(name: str) -> str:
 
 def _load_transformers(folder: Path) -> Checkpoint:
     config_path, path = folder / "config.json", folder / "model.safetensors"
-    cfg = _read_json(config_path)
+    cfg = read_json_object(config_path)
     dims = ModelDims(
         n_mels=_config_int(cfg, "num_mel_bins", config_path),
         n_audio_ctx=_config_int(cfg, "max_source_positions", config_path),
@@ -348,7 +338,7 @@ def _load_transformers(folder: Path) -> Checkpoint:
             arr = arr.transpose(0, 2, 1)  # torch (out, in, k) -> MLX (out, k, in)
         weights[canon] = _float32(name, arr, path)
     gen_path = folder / "generation_config.json"
-    gen = _read_json(gen_path) if gen_path.exists() else {}
+    gen = read_json_object(gen_path) if gen_path.exists() else {}
     files = (config_path, path) + ((gen_path,) if gen_path.exists() else ())
     return Checkpoint(
         folder,

@@ -1,0 +1,292 @@
+"""Qwen3-ASR checkpoints from a local folder, in the three layouts a user will have, validated at load.
+
+* ``qwen``: the original repos (``Qwen/Qwen3-ASR-0.6B``): ``thinker.*`` keys, PyTorch conv layout, bf16, a
+  ``config.json`` with ``thinker_config`` and a stored copy of the tied ``thinker.lm_head.weight``;
+* ``mlx``: mlx-community's conversions: no prefix (``audio_tower.*``, ``model.*``), conv weights already in MLX's
+  (out, kH, kW, in) layout, the decoder affine-quantized (``.scales``/``.biases``, ``quantization`` in the config);
+* ``hf``: transformers >= 5.13's native layout: top-level ``audio_config``/``text_config``, ``model.audio_tower.*``,
+  ``model.language_model.*`` (and ``model.multi_modal_projector.linear_{1,2}``), no audio ``k_proj.bias`` (a
+  per-query constant that softmax cancels: loaded as zeros).
+
+Every layout is renamed onto :mod:`omnid.engine.qwen3_asr.model`'s names (``audio.*``, ``text.*``), checked tensor by
+tensor against the shapes the config implies (file and tensor named), and unquantized tensors widened to float32.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from omnid.engine.errors import CheckpointError
+from omnid.engine.json_file import read_json_object
+
+FLOAT_DTYPES = {mx.float16, mx.bfloat16, mx.float32}
+
+
+@dataclass(frozen=True)
+class AudioDims:
+    n_mels: int
+    d_model: int
+    layers: int
+    heads: int
+    ffn_dim: int
+    output_dim: int
+    conv_channels: int  # downsample_hidden_size
+    n_window: int  # half a chunk: chunks are 2 * n_window mel frames
+    n_window_infer: int  # frames per attention window
+
+
+@dataclass(frozen=True)
+class TextDims:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rms_norm_eps: float
+    tied: bool
+
+
+@dataclass(frozen=True)
+class TokenIds:
+    audio_pad: int
+    audio_start: int
+    audio_end: int | None  # often absent from config.json: then the tokenizer's
+
+
+@dataclass(frozen=True)
+class Quantization:
+    group_size: int
+    bits: int
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    folder: Path
+    layout: str
+    audio: AudioDims
+    text: TextDims
+    ids: TokenIds
+    languages: tuple[str, ...]  # English names the checkpoint supports (support_languages)
+    weights: dict[str, mx.array]
+    quantized: dict[str, Quantization]  # module path -> how its weight is packed
+    files: tuple[Path, ...]
+
+
+def is_qwen3_asr(folder: Path) -> bool:
+    """Whether a folder holds a Qwen3-ASR checkpoint (by its config), for `omnid transcribe --model FOLDER`."""
+    try:
+        raw = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(raw, dict) and (str(raw.get("model_type", "")).startswith("qwen3_asr")
+                                      or "thinker_config" in raw)
+
+
+def load_checkpoint(folder: Path) -> Checkpoint:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: not a folder")
+    config_path = folder / "config.json"
+    raw = read_json_object(config_path)
+    files = tuple(sorted(folder.glob("*.safetensors")))
+    if not files:
+        raise CheckpointError(f"{folder}: no *.safetensors files (a Qwen3-ASR checkpoint keeps its weights there)")
+    tensors: dict[str, tuple[mx.array, Path]] = {}
+    for path in files:
+        try:
+            loaded = mx.load(str(path))
+        except Exception as exc:  # noqa: BLE001  (mlx raises plain exceptions for corrupt files)
+            raise CheckpointError(f"{path}: unreadable safetensors file ({exc})") from exc
+        assert isinstance(loaded, dict)
+        for name, value in loaded.items():
+            tensors[name] = (value, path)
+    layout = _layout(tensors, config_path)
+    thinker = raw.get("thinker_config") if layout != "hf" else raw
+    if not isinstance(thinker, dict):
+        raise CheckpointError(f"{config_path}: no thinker_config")
+    audio, text = _dims(thinker, config_path)
+    ids = TokenIds(
+        audio_pad=_field(thinker, "audio_token_id", int, config_path),
+        audio_start=_field(thinker, "audio_start_token_id", int, config_path),
+        audio_end=thinker.get("audio_end_token_id") if isinstance(thinker.get("audio_end_token_id"), int) else None,
+    )
+    renamed = {_rename(name, layout): entry for name, entry in tensors.items()}
+    renamed.pop("unused", None)
+    quant = raw.get("quantization") or raw.get("quantization_config")
+    weights, quantized = _checked(renamed, audio, text, layout, quant, config_path)
+    languages = tuple(str(x) for x in raw.get("support_languages") or thinker.get("support_languages") or ())
+    return Checkpoint(folder, layout, audio, text, ids, languages, weights, quantized, files)
+
+
+def _field(section: dict[str, Any], key: str, kind: type, path: Path, default: Any = None) -> Any:
+    value = section.get(key, default)
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else kind):
+        raise CheckpointError(f"{path}: {key} missing or not a {kind.__name__}")
+    return kind(value)
+
+
+def _dims(thinker: dict[str, Any], path: Path) -> tuple[AudioDims, TextDims]:
+    a, t = thinker.get("audio_config"), thinker.get("text_config")
+    if not isinstance(a, dict) or not isinstance(t, dict):
+        raise CheckpointError(f"{path}: audio_config and text_config must both be objects")
+    audio = AudioDims(
+        n_mels=_field(a, "num_mel_bins", int, path), d_model=_field(a, "d_model", int, path),
+        layers=_field(a, "encoder_layers", int, path), heads=_field(a, "encoder_attention_heads", int, path),
+        ffn_dim=_field(a, "encoder_ffn_dim", int, path), output_dim=_field(a, "output_dim", int, path),
+        conv_channels=_field(a, "downsample_hidden_size", int, path),
+        n_window=_field(a, "n_window", int, path), n_window_infer=_field(a, "n_window_infer", int, path),
+    )
+    heads = _field(t, "num_attention_heads", int, path)
+    hidden = _field(t, "hidden_size", int, path)
+    tied = t.get("tie_word_embeddings", thinker.get("tie_word_embeddings", True))
+    text = TextDims(
+        vocab_size=_field(t, "vocab_size", int, path), hidden_size=hidden,
+        intermediate_size=_field(t, "intermediate_size", int, path), layers=_field(t, "num_hidden_layers", int, path),
+        heads=heads, kv_heads=_field(t, "num_key_value_heads", int, path),
+        head_dim=_field(t, "head_dim", int, path, hidden // heads), rope_theta=_field(t, "rope_theta", float, path),
+        rms_norm_eps=_field(t, "rms_norm_eps", float, path), tied=bool(tied),
+    )
+    if audio.d_model % audio.heads or text.heads % text.kv_heads or audio.n_window <= 0 or audio.n_window_infer <= 0:
+        raise CheckpointError(f"{path}: inconsistent dimensions (heads must divide the width, query heads the "
+                              "key/value heads, windows must be positive)")
+    return audio, text
+
+
+def _layout(tensors: dict[str, Any], path: Path) -> str:
+    names = tensors.keys()
+    if any(n.startswith("thinker.") for n in names):
+        return "qwen"
+    if any(n.startswith("model.audio_tower.") or n.startswith("model.language_model.") for n in names):
+        return "hf"
+    if any(n.startswith("audio_tower.") for n in names):
+        return "mlx"
+    raise CheckpointError(f"{path.parent}: no Qwen3-ASR tensors (expected thinker.*, audio_tower.* or "
+                          "model.audio_tower.* names)")
+
+
+_RENAMES = {
+    "qwen": [(r"^thinker\.audio_tower\.", "audio."), (r"^thinker\.model\.", "text."), (r"^thinker\.lm_head\.", "lm_head.")],
+    "mlx": [(r"^audio_tower\.", "audio."), (r"^model\.", "text."), (r"^lm_head\.", "lm_head.")],
+    "hf": [(r"^model\.audio_tower\.", "audio."), (r"^model\.language_model\.", "text."),
+           (r"^model\.multi_modal_projector\.linear_1\.", "audio.proj1."),
+           (r"^model\.multi_modal_projector\.linear_2\.", "audio.proj2."), (r"^lm_head\.", "lm_head.")],
+}
+
+
+def _rename(name: str, layout: str) -> str:
+    for pattern, repl in _RENAMES[layout]:
+        if re.match(pattern, name):
+            return re.sub(pattern, repl, name)
+    return name
+
+
+def expected_shapes(a: AudioDims, t: TextDims) -> dict[str, tuple[int, ...]]:
+    """Every tensor the model needs, in MLX layouts (Linear [out, in], Conv2d [out, kH, kW, in])."""
+    c, d = a.conv_channels, a.d_model
+    freq = ((((a.n_mels + 1) // 2 + 1) // 2 + 1) // 2)  # three stride-2 convs over the mel bins
+    shapes: dict[str, tuple[int, ...]] = {
+        "audio.conv2d1.weight": (c, 3, 3, 1), "audio.conv2d1.bias": (c,),
+        "audio.conv2d2.weight": (c, 3, 3, c), "audio.conv2d2.bias": (c,),
+        "audio.conv2d3.weight": (c, 3, 3, c), "audio.conv2d3.bias": (c,),
+        "audio.conv_out.weight": (d, c * freq),
+        "audio.ln_post.weight": (d,), "audio.ln_post.bias": (d,),
+        "audio.proj1.weight": (d, d), "audio.proj1.bias": (d,),
+        "audio.proj2.weight": (a.output_dim, d), "audio.proj2.bias": (a.output_dim,),
+    }
+    for i in range(a.layers):
+        p = f"audio.layers.{i}."
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            shapes[p + f"self_attn.{proj}.weight"] = (d, d)
+            shapes[p + f"self_attn.{proj}.bias"] = (d,)
+        for norm in ("self_attn_layer_norm", "final_layer_norm"):
+            shapes[p + f"{norm}.weight"] = (d,)
+            shapes[p + f"{norm}.bias"] = (d,)
+        shapes[p + "fc1.weight"], shapes[p + "fc1.bias"] = (a.ffn_dim, d), (a.ffn_dim,)
+        shapes[p + "fc2.weight"], shapes[p + "fc2.bias"] = (d, a.ffn_dim), (d,)
+    h, q, kv = t.hidden_size, t.heads * t.head_dim, t.kv_heads * t.head_dim
+    shapes["text.embed_tokens.weight"] = (t.vocab_size, h)
+    shapes["text.norm.weight"] = (h,)
+    for i in range(t.layers):
+        p = f"text.layers.{i}."
+        shapes.update({
+            p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
+            p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
+            p + "self_attn.q_norm.weight": (t.head_dim,), p + "self_attn.k_norm.weight": (t.head_dim,),
+            p + "mlp.gate_proj.weight": (t.intermediate_size, h), p + "mlp.up_proj.weight": (t.intermediate_size, h),
+            p + "mlp.down_proj.weight": (h, t.intermediate_size),
+            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+        })
+    if not t.tied:
+        shapes["lm_head.weight"] = (t.vocab_size, h)
+    return shapes
+
+
+def _checked(tensors: dict[str, tuple[mx.array, Path]], a: AudioDims, t: TextDims, layout: str,
+             quant: Any, config_path: Path) -> tuple[dict[str, mx.array], dict[str, Quantization]]:
+    shapes = expected_shapes(a, t)
+    weights: dict[str, mx.array] = {}
+    quantized: dict[str, Quantization] = {}
+    for name, want in shapes.items():
+        entry = tensors.get(name)
+        if entry is None and layout == "hf" and re.fullmatch(r"audio\.layers\.\d+\.self_attn\.k_proj\.bias", name):
+            weights[name] = mx.zeros(want, mx.float32)  # dropped by the -hf conversion: softmax cancels it
+            continue
+        if entry is None:
+            raise CheckpointError(f"{config_path.parent}: tensor {name} missing ({layout} layout)")
+        value, path = entry
+        module = name.rsplit(".", 1)[0]
+        scales = tensors.get(module + ".scales")
+        if scales is not None and name.endswith(".weight"):
+            q = _quantization(module, value, scales[0], want, quant, path)
+            biases = tensors.get(module + ".biases")
+            if biases is None or biases[0].shape != scales[0].shape:
+                raise CheckpointError(f"{path}: {module}.biases missing or not shaped like its scales")
+            weights[name], weights[module + ".scales"], weights[module + ".biases"] = value, scales[0], biases[0]
+            quantized[module] = q
+            continue
+        if value.dtype not in FLOAT_DTYPES:
+            raise CheckpointError(f"{path}: tensor {name} has dtype {value.dtype}, expected a float")
+        if name.startswith("audio.conv2d") and name.endswith(".weight") and layout != "mlx":
+            value = value.transpose(0, 2, 3, 1)  # PyTorch (out, in, kH, kW) -> MLX (out, kH, kW, in)
+        if tuple(value.shape) != want:
+            raise CheckpointError(f"{path}: tensor {name} has shape {tuple(value.shape)}, expected {want} "
+                                  f"({layout} layout, from {config_path.name})")
+        weights[name] = value.astype(mx.float32)
+    head = tensors.get("lm_head.weight")
+    if t.tied and head is not None and tuple(head[0].shape) != shapes["text.embed_tokens.weight"]:
+        raise CheckpointError(f"{head[1]}: tensor lm_head.weight has shape {tuple(head[0].shape)}, expected "
+                              f"{shapes['text.embed_tokens.weight']} (tied to the embedding)")
+    known = set(shapes) | {"lm_head.weight"} | {k for k in tensors if k.endswith((".scales", ".biases"))}
+    unknown = sorted(k for k in tensors if k not in known)
+    if unknown:
+        raise CheckpointError(f"{tensors[unknown[0]][1]}: unexpected tensor {unknown[0]}"
+                              + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
+    return weights, quantized
+
+
+def _quantization(module: str, packed: mx.array, scales: mx.array, want: tuple[int, ...], quant: Any,
+                  path: Path) -> Quantization:
+    """Bits and group size of one affine-quantized module, from its packed shapes (mixed-precision checkpoints
+    quantize modules differently), checked against the config's ``quantization`` where it says."""
+    rows, cols = want
+    if packed.dtype != mx.uint32 or packed.ndim != 2 or packed.shape[0] != rows or scales.shape[0] != rows:
+        raise CheckpointError(f"{path}: tensor {module}.weight is not an affine-quantized ({rows}, ...) uint32 matrix")
+    bits, rem = divmod(packed.shape[1] * 32, cols)
+    group, grem = divmod(cols, scales.shape[1]) if scales.ndim == 2 and scales.shape[1] else (0, 1)
+    if rem or grem or bits not in (2, 3, 4, 5, 6, 8) or group not in (32, 64, 128):
+        raise CheckpointError(f"{path}: tensor {module}.weight has packed shape {tuple(packed.shape)} and scales "
+                              f"{tuple(scales.shape)}, which fit no affine quantization of {want}")
+    if isinstance(quant, dict) and isinstance(quant.get("bits"), int) and not isinstance(quant.get(module), dict):
+        if (quant.get("bits"), quant.get("group_size", group)) != (bits, group):
+            raise CheckpointError(f"{path}: tensor {module}.weight is packed {bits}-bit in groups of {group}, but "
+                                  f"config.json says {quant.get('bits')}-bit in groups of {quant.get('group_size')}")
+    return Quantization(group, bits)

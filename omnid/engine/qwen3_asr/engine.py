@@ -1,0 +1,329 @@
+"""A loaded Qwen3-ASR model: file transcription (long audio split as the official package splits it), forced-prefix
+decodes, and the official streaming recipe for live previews.
+
+Synchronous and thread-confined: only the engine's worker thread calls into it (see runtime/scheduler.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import cast
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import structlog
+
+from omnid.audio import SAMPLE_RATE
+from omnid.engine import pins as pinning
+from omnid.engine.errors import CheckpointError
+from omnid.engine.interface import Capabilities, Hypothesis
+from omnid.engine.logmel import HOP_LENGTH, N_FFT, log_mel_spectrogram
+from omnid.engine.qwen3_asr.checkpoint import load_checkpoint
+from omnid.engine.qwen3_asr.model import Qwen3ASR
+from omnid.engine.qwen3_asr.prompt import CODES, NAMES, parse, prompt_ids
+from omnid.engine.qwen3_asr.split import split_long_audio
+from omnid.engine.qwen3_asr.tokenizer import QwenTokenizer, tokenizer_files
+from omnid.engine.transcript import Segment, Transcript
+from omnid.engine.whisper.engine import TranscribeOptions
+
+log = structlog.get_logger(__name__)
+Check = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class QwenOptions:
+    """How this engine decodes (from the configuration's ``[qwen3_asr]``)."""
+
+    max_chunk_s: float = 1200.0  # longer audio is split at a quiet point near each multiple of this
+    split_search_s: float = 5.0
+    min_new_tokens: int = 128  # every chunk's own token budget: max(min_new_tokens, tokens_per_second x seconds)
+    tokens_per_second: float = 10.0
+    loop_window: int = 24  # a decode stops when its last loop_window tokens hold at most loop_max_distinct ones (0: never)
+    loop_max_distinct: int = 3
+    stream_unfixed_decodes: int = 2  # live previews: the first decodes of a segment have no forced prefix,
+    stream_rollback_tokens: int = 5  # then the previous decode minus its last tokens is forced
+    preview_max_new_tokens: int = 32
+
+
+@dataclass(frozen=True)
+class Generation:
+    tokens: list[int]
+    finish: str  # "stop" (end token), "length" (budget), "loop" (loop guard)
+    logprob: float  # sum over tokens
+
+
+class Qwen3AsrEngine:
+    kind = "qwen3_asr"
+
+    def __init__(self, model_id: str, folder: Path, pins: Mapping[str, str] | None = None,
+                 options: QwenOptions = QwenOptions()):
+        started = time.perf_counter()
+        self.model_id = model_id
+        self.folder = Path(folder)
+        self.options = options
+        ckpt = load_checkpoint(self.folder)
+        self.pin_report = pinning.verify(list(ckpt.files) + tokenizer_files(self.folder), pins or {})
+        self.tokenizer = QwenTokenizer.from_folder(self.folder)
+        ids = self.tokenizer.ids
+        if (ckpt.ids.audio_pad, ckpt.ids.audio_start) != (ids.audio_pad, ids.audio_start) or (
+                ckpt.ids.audio_end not in (None, ids.audio_end)):
+            raise CheckpointError(f"{self.folder / 'config.json'}: audio token ids {ckpt.ids} differ from the "
+                                  "tokenizer's")
+        if self.tokenizer.size > ckpt.text.vocab_size:
+            raise CheckpointError(f"{self.folder / 'tokenizer_config.json'}: {self.tokenizer.size} tokens for an "
+                                  f"embedding of {ckpt.text.vocab_size} rows")
+        self.eos = (ids.im_end, ids.endoftext)
+        self.model = Qwen3ASR(ckpt.audio, ckpt.text)
+        for module, q in ckpt.quantized.items():
+            parent, _, leaf = module.rpartition(".")
+            owner = self.model
+            for part in parent.split("."):
+                owner = owner[int(part)] if isinstance(owner, list) else getattr(owner, part)
+            layer = getattr(owner, leaf)
+            setattr(owner, leaf, nn.QuantizedEmbedding.from_embedding(layer, q.group_size, q.bits)
+                    if isinstance(layer, nn.Embedding) else nn.QuantizedLinear.from_linear(layer, q.group_size, q.bits))
+        self.model.load_weights(list(ckpt.weights.items()), strict=True)
+        mx.eval(self.model.parameters())
+        self.layout = ckpt.layout
+        self.quantized = bool(ckpt.quantized)
+        names = ckpt.languages or tuple(NAMES.values())
+        self.languages = tuple(CODES[n] for n in names if n in CODES)
+        self.load_seconds = time.perf_counter() - started
+        log.info("engine_loaded", model=model_id, kind=self.kind, layout=ckpt.layout, quantized=self.quantized,
+                 seconds=round(self.load_seconds, 3))
+
+    @property
+    def capabilities(self) -> Capabilities:
+        # Segment times are those of the long-audio chunks only, so no subtitles and no word times (refused with
+        # a 400 naming the field rather than invented).
+        return Capabilities(languages=self.languages, prompt=True, word_timestamps=False, timestamps=False,
+                            max_new_tokens=4096, streaming="redecode", temperature=False)
+
+    def prompt_tokens(self, prompt: str | None) -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode(prompt)) if prompt and prompt.strip() else ()
+
+    # --- the model, step by step (also what the parity tests call) -------------------------------------------------
+
+    def mel(self, audio: np.ndarray) -> mx.array:
+        """(frames, 128) log-mel as Hugging Face's WhisperFeatureExtractor computes it: N // 160 frames."""
+        audio = np.asarray(audio, dtype=np.float32)
+        if audio.size < N_FFT:  # the reflect padding needs at least this much
+            audio = np.concatenate([audio, np.zeros(N_FFT - audio.size, np.float32)])
+        return log_mel_spectrogram(audio, self.model.audio.dims.n_mels, tail=0)
+
+    def encode(self, audio: np.ndarray, check: Check = lambda: None) -> mx.array:
+        return self.model.audio(self.mel(audio), check)
+
+    def prompt(self, context: str, n_audio: int, language: str | None = None, prefix: str = "") -> list[int]:
+        return prompt_ids(self.tokenizer, context, n_audio, language, prefix)
+
+    def prefill_logits(self, ids: list[int], audio: mx.array) -> mx.array:
+        x = self.model.embed(ids, self.tokenizer.ids.audio_pad, audio)
+        return self.model.logits(self.model.text(x, self.model.new_caches()))[0]
+
+    def generate(self, ids: list[int], audio: mx.array, budget: int, check: Check = lambda: None,
+                 loop_guard: bool = True) -> Generation:
+        """Greedy decoding after the prompt ``ids``: stops on an end token, on a token loop, or at ``budget``.
+        Each next step is queued before the current token is read, so the device never waits on Python."""
+        caches = self.model.new_caches()
+        hidden = self.model.text(self.model.embed(ids, self.tokenizer.ids.audio_pad, audio), caches)
+
+        def pick(h: mx.array) -> tuple[mx.array, mx.array]:
+            logits = self.model.logits(h[:, -1])[0]
+            token = mx.argmax(logits)
+            return token, logits[token] - mx.logsumexp(logits)
+
+        def step(token: mx.array) -> tuple[mx.array, mx.array]:
+            return pick(self.model.text(self.model.text.embed_tokens(token.reshape(1, 1)), caches))
+
+        tokens: list[int] = []
+        total = 0.0
+        finish = "length"
+        current = pick(hidden)
+        mx.async_eval(*current)
+        while len(tokens) < budget:
+            check()
+            following = step(current[0]) if len(tokens) + 1 < budget else None
+            if following is not None:
+                mx.async_eval(*following)
+            token = int(cast(int, current[0].item()))
+            total += float(cast(float, current[1].item()))
+            tokens.append(token)
+            if token in self.eos:
+                finish = "stop"
+                break
+            if loop_guard and self._looping(tokens):
+                tokens = self._unlooped(tokens)
+                finish = "loop"
+                break
+            if following is None:
+                break
+            current = following
+        return Generation(tokens, finish, total)
+
+    def _looping(self, tokens: list[int]) -> bool:
+        n = self.options.loop_window
+        return n > 0 and len(tokens) >= n and len(set(tokens[-n:])) <= self.options.loop_max_distinct
+
+    def _unlooped(self, tokens: list[int]) -> list[int]:
+        """Keeps one turn of the loop: the tokens before the looping window, then its shortest period."""
+        n = self.options.loop_window
+        tail = tokens[-n:]
+        for period in range(1, n // 2 + 1):
+            if all(tail[i] == tail[i % period] for i in range(n)):
+                return tokens[:-n] + tail[:period]
+        return tokens
+
+    # --- transcription ---------------------------------------------------------------------------------------------
+
+    def transcribe(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
+                   on_segment: Callable[[Segment], None] | None = None,
+                   on_progress: Callable[[float, float], None] | None = None) -> Transcript:
+        """16 kHz mono float32 samples -> transcript. Audio past ``max_chunk_s`` is split at quiet points, each
+        chunk decoded with its own token budget and its own detected language (unless one is forced)."""
+        audio = _normalized(audio)
+        duration = len(audio) / SAMPLE_RATE
+        segments: list[Segment] = []
+        generated, finish = 0, "stop"
+        for start, chunk in split_long_audio(audio, self.options.max_chunk_s, self.options.split_search_s):
+            check()
+            seconds = len(chunk) / SAMPLE_RATE
+            gen, language, text = self._decode(chunk, opts, check)
+            generated += len(gen.tokens)
+            finish = gen.finish if gen.finish != "stop" else finish
+            if text:
+                seg = Segment(len(segments), int(start / HOP_LENGTH), start / SAMPLE_RATE,
+                              start / SAMPLE_RATE + seconds, text, gen.tokens, 0.0,
+                              gen.logprob / max(1, len(gen.tokens)), _compression_ratio(text), 0.0, None, language)
+                segments.append(seg)
+                if on_segment is not None:
+                    on_segment(seg)
+            if on_progress is not None:
+                on_progress(min(duration, start / SAMPLE_RATE + seconds), duration)
+        languages = [s.language for s in segments if s.language]
+        return Transcript(text=_joined([s.text for s in segments]), segments=segments,
+                          language=opts.language or (languages[0] if languages else self.languages[0]),
+                          duration=duration, generated_tokens=generated, finish_reason=finish)
+
+    def transcribe_clips(self, audio: np.ndarray, clips: list[tuple[int, int]],
+                         opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
+                         on_segment: Callable[[Segment], None] | None = None) -> Transcript:
+        """Only the given parts of a clip (sample spans, in order), each on its own, times on the clip's timeline."""
+        segments: list[Segment] = []
+        generated, finish = 0, "stop"
+        for start, end in clips:
+            part = self.transcribe(audio[start:end], opts, check)
+            for seg in part.segments:
+                seg = replace(seg, id=len(segments), seek=seg.seek + start // HOP_LENGTH,
+                              start=seg.start + start / SAMPLE_RATE, end=seg.end + start / SAMPLE_RATE)
+                segments.append(seg)
+                if on_segment is not None:
+                    on_segment(seg)
+            generated += part.generated_tokens
+            finish = part.finish_reason if part.finish_reason != "stop" else finish
+        languages = [s.language for s in segments if s.language]
+        return Transcript(text=_joined([s.text for s in segments]), segments=segments,
+                          language=opts.language or (languages[0] if languages else self.languages[0]),
+                          duration=len(audio) / SAMPLE_RATE, generated_tokens=generated, finish_reason=finish)
+
+    def _decode(self, audio: np.ndarray, opts: TranscribeOptions, check: Check, prefix: str = "",
+                language: str | None = None) -> tuple[Generation, str | None, str]:
+        language = opts.language or language
+        features = self.encode(audio, check)
+        ids = self.prompt(opts.prompt or "", features.shape[0], language, prefix)
+        gen = self.generate(ids, features, self._budget(len(audio), opts), check)
+        raw = prefix + self.tokenizer.decode(gen.tokens)
+        answer = parse(raw, NAMES[language] if language else None)
+        return gen, answer.language if not language else language, answer.text
+
+    def _budget(self, samples: int, opts: TranscribeOptions) -> int:
+        budget = max(self.options.min_new_tokens, math.ceil(self.options.tokens_per_second * samples / SAMPLE_RATE))
+        return min(budget, opts.max_new_tokens) if opts.max_new_tokens else budget
+
+    def preview(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), prefix: str = "",
+                check: Check = lambda: None) -> str:
+        """The text of one clip, forced to begin with ``prefix`` (a final that must continue the text already sent
+        as append-only deltas). Without a forced language, the language is detected first (a short decode)."""
+        language = opts.language
+        if prefix.strip() and language is None:
+            features = self.encode(audio, check)
+            head = self.generate(self.prompt(opts.prompt or "", features.shape[0]), features, 8, check)
+            language = parse(self.tokenizer.decode(head.tokens)).language
+        text = prefix.strip()
+        if text and language is None:
+            return text  # no language header to continue after: the text sent stands
+        return self._decode(audio, opts, check, prefix=text, language=language)[2] if text else self._decode(
+            audio, opts, check)[2]
+
+    # --- live previews: the official streaming recipe ----------------------------------------------------------------
+
+    def redecode(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
+                 check: Check = lambda: None, final: bool = False) -> Hypothesis:
+        """Decodes the whole open segment again. The first ``stream_unfixed_decodes`` decodes have no prefix; later
+        ones force the previous decode minus its last ``stream_rollback_tokens`` tokens (more while that would
+        cut a character in half), so only the unstable end is sampled again. A language detected once is forced
+        for the rest of the segment. ``final`` is the official flush: at least one token kept, no such guard."""
+        o = self.options
+        decodes = previous.decodes if previous else 0
+        language = opts.language or (previous.language if previous else None)
+        raw = previous.raw if previous else ""
+        if previous and language and not opts.language and previous.raw_language is None:
+            raw = parse(raw).text  # the language was detected by that decode: from now on it is forced
+        prefix = ""
+        if decodes >= o.stream_unfixed_decodes:
+            cur = self.tokenizer.encode(raw)
+            if final:
+                prefix = self.tokenizer.decode(cur[: max(1, len(cur) - o.stream_rollback_tokens)], skip_special=False)
+            else:
+                k = o.stream_rollback_tokens
+                while True:
+                    cut = max(0, len(cur) - k)
+                    prefix = self.tokenizer.decode(cur[:cut], skip_special=False) if cut else ""
+                    if "\ufffd" not in prefix:
+                        break
+                    if cut == 0:
+                        prefix = ""
+                        break
+                    k += 1
+        features = self.encode(audio, check)
+        ids = self.prompt(opts.prompt or "", features.shape[0], language) + (self.tokenizer.encode(prefix) if prefix else [])
+        budget = min(o.preview_max_new_tokens, opts.max_new_tokens or o.preview_max_new_tokens)
+        gen = self.generate(ids, features, budget, check)
+        new_raw = prefix + self.tokenizer.decode(gen.tokens)
+        answer = parse(new_raw, NAMES[language] if language else None)
+        detected = language or answer.language
+        return Hypothesis(text=answer.text, raw=new_raw, decodes=decodes + 1, language=detected,
+                          raw_language=language, tokens=tuple(self.tokenizer.encode(prefix)) + tuple(gen.tokens))
+
+
+def _normalized(audio: np.ndarray) -> np.ndarray:
+    """Float samples as the official loader leaves them: divided by the peak when it is over 1."""
+    audio = np.asarray(audio, dtype=np.float32)
+    peak = float(np.abs(audio).max()) if audio.size else 0.0
+    return audio / peak if peak > 1.0 else audio
+
+
+def _compression_ratio(text: str) -> float:
+    data = text.encode()
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def _cjk(ch: str) -> bool:
+    return "\u3000" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af" or "\uff00" <= ch <= "\uffef"
+
+
+def _joined(texts: list[str]) -> str:
+    """Chunk texts joined as the official package joins them (with nothing), but with a space between two words
+    of a spaced script, which the official join runs together."""
+    out = ""
+    for text in texts:
+        if out and text and not out[-1].isspace() and not text[0].isspace() and not (_cjk(out[-1]) or _cjk(text[0])):
+            out += " "
+        out += text
+    return out
