@@ -61,24 +61,13 @@ def parse_unfixed(raw: str, user_language: str | None) -> tuple[str, str]:
         U.detect_and_fix_repetitions = fix
 
 from omnid.audio import decode_audio  # noqa: E402  (the same 16 kHz samples the tests decode)
+from tests.qwen_vocab import byte_unicode  # noqa: E402
 
 OUT = ROOT / "tests/goldens/qwen3_asr_tiny"
 CORPUS = ROOT.parent / "shared/corpus"
 SEED = 20261203
 
 # --- tokenizer: Qwen2's file layout, a small vocabulary -----------------------------------------------------------
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
 
 
 WORDS = ["system", "user", "assistant", "language", " English", " Chinese", " None", " the", " and", " of",
@@ -90,7 +79,7 @@ NOT_SPECIAL = {"<asr_text>"}
 
 
 def write_tokenizer(out: pathlib.Path) -> dict[str, int]:
-    b2u = bytes_to_unicode()
+    b2u = byte_unicode()
     vocab = {b2u[b]: i for i, b in enumerate(sorted(b2u))}
     merges: list[tuple[str, str]] = []
     for word in WORDS:

@@ -59,12 +59,22 @@ def copy_tokenizer(dest: Path) -> None:
         shutil.copy(TINY / name, dest / name)
 
 
-def write_original(dest: Path, dtype: mx.Dtype = mx.float32) -> Path:
-    """The original layout again, e.g. in bf16 as the real repos ship it."""
+def write_original(dest: Path, dtype: mx.Dtype = mx.float32, decoder_bits: int | None = None,
+                   group_size: int = 32) -> Path:
+    """The original layout again, e.g. in bf16 as the real repos ship it; with ``decoder_bits``, the decoder's
+    matrices replaced by what affine quantization at that width keeps of them (the float twin of
+    write_mlx_community's checkpoint)."""
     dest.mkdir(parents=True, exist_ok=True)
     copy_tokenizer(dest)
     shutil.copy(TINY / "config.json", dest / "config.json")
-    mx.save_safetensors(str(dest / "model.safetensors"), {k: v.astype(dtype) for k, v in tiny_weights().items()})
+    weights = tiny_weights()
+    if decoder_bits:
+        for name, value in weights.items():
+            if name.startswith("thinker.model.") and name.endswith(".weight") and value.ndim == 2:
+                weights[name] = mx.dequantize(*mx.quantize(value, group_size=group_size, bits=decoder_bits),
+                                              group_size=group_size, bits=decoder_bits)
+        weights["thinker.lm_head.weight"] = weights["thinker.model.embed_tokens.weight"]
+    mx.save_safetensors(str(dest / "model.safetensors"), {k: v.astype(dtype) for k, v in weights.items()})
     return dest
 
 

@@ -239,7 +239,7 @@ class Qwen3AsrEngine:
         ids = self.prompt(opts.prompt or "", features.shape[0], language, prefix)
         gen = self.generate(ids, features, self._budget(len(audio), opts), check)
         raw = prefix + self.tokenizer.decode(gen.tokens)
-        answer = parse(raw, NAMES[language] if language else None)
+        answer = parse(raw, language)
         return gen, answer.language if not language else language, answer.text
 
     def _budget(self, samples: int, opts: TranscribeOptions) -> int:
@@ -296,7 +296,7 @@ class Qwen3AsrEngine:
         budget = min(o.preview_max_new_tokens, opts.max_new_tokens or o.preview_max_new_tokens)
         gen = self.generate(ids, features, budget, check)
         new_raw = prefix + self.tokenizer.decode(gen.tokens)
-        answer = parse(new_raw, NAMES[language] if language else None)
+        answer = parse(new_raw, language)
         detected = language or answer.language
         return Hypothesis(text=answer.text, raw=new_raw, decodes=decodes + 1, language=detected,
                           raw_language=language, tokens=tuple(self.tokenizer.encode(prefix)) + tuple(gen.tokens))

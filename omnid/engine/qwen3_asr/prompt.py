@@ -50,7 +50,8 @@ class Answer:
 
 def parse(raw: str, forced: str | None = None) -> Answer:
     """(language, text) of a decoded answer, as the official parse_asr_output, without its silent repetition
-    fixing (the decoder's loop guard stops loops instead)."""
+    fixing (the decoder's loop guard stops loops instead). ``forced``: the ISO code of a forced language, whose
+    answer is only the text."""
     s = raw.strip()
     if forced:
         return Answer(forced, s)
