@@ -33,7 +33,8 @@ log = structlog.get_logger(__name__)
 GRANULARITIES = {"segment", "word"}
 AUDIO_LAYOUTS = {"reference", "voxt_swift"}
 VAD_FILTER_THRESHOLD = 0.5  # Silero's own default
-TIMED_FORMATS = {"srt", "vtt", "verbose_json"}
+# Subtitles need segment times fit to show text by; verbose_json carries whatever segments the engine has.
+TIMED_FORMATS = {"srt", "vtt"}
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ class Capabilities:
     languages: tuple[str, ...]  # ISO-639-1 codes it transcribes
     prompt: bool  # conditions on a text prompt
     word_timestamps: bool
-    timestamps: bool  # segment times at all
+    timestamps: bool  # segment times fine enough for subtitles (srt, vtt)
     max_new_tokens: int  # the most tokens one decode may produce
     # How a live preview of an open segment is made: "forced_prefix" re-decodes the segment with its stable
     # words forced as the decoder's prefix (Whisper); "redecode" decodes the whole segment again.

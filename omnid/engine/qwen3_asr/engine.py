@@ -208,7 +208,7 @@ class Qwen3AsrEngine:
                 on_progress(min(duration, start / SAMPLE_RATE + seconds), duration)
         languages = [s.language for s in segments if s.language]
         return Transcript(text=_joined([s.text for s in segments]), segments=segments,
-                          language=opts.language or (languages[0] if languages else self.languages[0]),
+                          language=opts.language or (languages[0] if languages else ""),
                           duration=duration, generated_tokens=generated, finish_reason=finish)
 
     def transcribe_clips(self, audio: np.ndarray, clips: list[tuple[int, int]],
@@ -229,7 +229,7 @@ class Qwen3AsrEngine:
             finish = part.finish_reason if part.finish_reason != "stop" else finish
         languages = [s.language for s in segments if s.language]
         return Transcript(text=_joined([s.text for s in segments]), segments=segments,
-                          language=opts.language or (languages[0] if languages else self.languages[0]),
+                          language=opts.language or (languages[0] if languages else ""),
                           duration=len(audio) / SAMPLE_RATE, generated_tokens=generated, finish_reason=finish)
 
     def _decode(self, audio: np.ndarray, opts: TranscribeOptions, check: Check, prefix: str = "",
