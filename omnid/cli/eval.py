@@ -12,8 +12,10 @@ from pathlib import Path
 import msgspec
 
 from omnid.audio import decode_audio
-from omnid.cli.transcribe import language_option, start_model
+from omnid.cli.transcribe import start_model
 from omnid.config import Config
+from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.languages import language_code
 from omnid.evaluation import harness as evaluate
 from omnid.runtime import transcription
 from omnid.runtime.models import transcribe_options
@@ -28,7 +30,7 @@ async def eval_command(args: argparse.Namespace, config: Config) -> int:
     references = {p.stem: evaluate.read_reference(p) for p in (args.reference or _default_references(corpus, config))}
     runtime = await start_model(config, args.model)
     engine = runtime.engine
-    opts = transcribe_options(config.transcription, language=language_option(engine, args.language), window=args.window)
+    opts = transcribe_options(config.transcription, window=args.window)
     if not args.fallback:  # the reference systems decoded greedily at temperature 0, without fallback
         opts = dataclasses.replace(opts, temperature_increment=0.0)
     loop = asyncio.get_running_loop()
@@ -37,7 +39,9 @@ async def eval_command(args: argparse.Namespace, config: Config) -> int:
     try:
         for i, clip in enumerate(clips, 1):
             audio = await loop.run_in_executor(None, decode_audio, corpus / clip.path)
-            transcript = await transcription.transcribe(runtime, audio, opts)
+            # Each clip's language forced where the model has it (the reference systems forced it), else detected.
+            language = clip_language(engine, clip.language)
+            transcript = await transcription.transcribe(runtime, audio, dataclasses.replace(opts, language=language))
             results[clip.id] = transcript.text
             print(f"\r[{i}/{len(clips)}] {clip.id[:50]:<50}", end="", file=sys.stderr, flush=True)
     finally:
@@ -67,6 +71,11 @@ async def eval_command(args: argparse.Namespace, config: Config) -> int:
             return 1
         print(f"golden check passed: {len(results)} clips unchanged")
     return 0
+
+
+def clip_language(engine: TranscriptionEngine, language: str) -> str | None:
+    code = language_code(language)
+    return code if code in engine.capabilities.languages else None
 
 
 def _default_references(corpus: Path, config: Config) -> list[Path]:

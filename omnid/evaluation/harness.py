@@ -30,9 +30,11 @@ class Golden(msgspec.Struct):
 
 
 def read_manifest(path: Path, language: str | None, limit: int | None, ids: list[str] | None) -> list[Clip]:
+    """Clips of ``language`` (a manifest language, a comma-separated list of them, or "all")."""
     clips = [msgspec.json.decode(line, type=Clip) for line in path.read_text().splitlines() if line.strip()]
-    if language:
-        clips = [c for c in clips if c.language == language]
+    if language and language != "all":
+        wanted_languages = {x.strip() for x in language.split(",")}
+        clips = [c for c in clips if c.language in wanted_languages]
     if ids:
         wanted = set(ids)
         clips = [c for c in clips if c.id in wanted]
@@ -56,11 +58,18 @@ def identical(a: dict[str, str], b: dict[str, str]) -> list[str]:
 
 
 def table(clips: list[Clip], ours: dict[str, str], references: dict[str, dict[str, str]], model: str) -> str:
-    metric = metric_name(clips[0].language) if clips else "WER"
+    """One table per metric among the clips (English WER, Chinese CER, mixed MER), each with its own clips."""
+    metrics = list(dict.fromkeys(metric_name(c.language) for c in clips)) or ["WER"]
+    return "\n\n".join(_table([c for c in clips if metric_name(c.language) == m], m, ours, references, model)
+                       for m in metrics)
+
+
+def _table(clips: list[Clip], metric: str, ours: dict[str, str], references: dict[str, dict[str, str]], model: str) -> str:
     rows = [("system", f"{metric} %", "clips", "identical to " + (next(iter(references), "-")))]
     first_ref = next(iter(references.values()), {})
     mine = score(clips, ours)
-    rows.append((f"omnid {model}", f"{mine.percent:.2f}", str(mine.clips), str(len(identical(ours, first_ref)))))
+    mine_outs = {c.id: ours[c.id] for c in clips if c.id in ours}
+    rows.append((f"omnid {model}", f"{mine.percent:.2f}", str(mine.clips), str(len(identical(mine_outs, first_ref)))))
     for name, outs in references.items():
         subset = {c.id: outs[c.id] for c in clips if c.id in outs}
         rate = score(clips, subset)

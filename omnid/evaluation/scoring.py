@@ -8,12 +8,14 @@ import unicodedata
 from dataclasses import dataclass
 
 _NOT_EN = re.compile(r"[^a-z0-9' ]")
+# Manifest language of Chinese-English code-switched clips: scored with the Chinese tokenisation, as MER.
+MIXED = ("mixed", "zh-en")
 _CJK_OR_WORD = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[a-z0-9']+")
 
 
 def tokens(text: str, language: str) -> list[str]:
     text = unicodedata.normalize("NFKC", text).lower()
-    if language == "zh":
+    if language == "zh" or language in MIXED:
         return _CJK_OR_WORD.findall(text)
     words = (w.strip("'") for w in _NOT_EN.sub(" ", text).split())
     return [w for w in words if w]
@@ -49,4 +51,5 @@ class ErrorRate:
 
 
 def metric_name(language: str) -> str:
-    return "CER" if language == "zh" else "WER"
+    """English (and every other spaced language) WER, Chinese CER, mixed Chinese-English MER."""
+    return "CER" if language == "zh" else "MER" if language in MIXED else "WER"

@@ -1,0 +1,31 @@
+"""`omnid transcribe` and `omnid eval` on a Qwen3-ASR checkpoint folder, as a user runs them (a fresh process)."""
+
+from __future__ import annotations
+
+from omnid.audio import wav_bytes
+from tests.qwen_goldens import TINY, clip, meta
+from tests.test_cli import omnid
+
+
+def test_transcribe_takes_a_checkpoint_folder_and_tells_its_kind(tmp_path):
+    wav = tmp_path / "mid.wav"
+    wav.write_bytes(wav_bytes(clip("mid")))
+    out = omnid("transcribe", "--model", str(TINY), "--language", "en", str(wav))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == meta()["cases"]["mid_en"]["text_unfixed"] + "\n"
+    refused = omnid("transcribe", "--model", str(TINY), "-f", "srt", str(wav))
+    assert refused.returncode == 2 and "--format: model qwen3_asr_tiny gives no timestamps for srt" in refused.stderr
+    refused = omnid("transcribe", "--model", str(TINY), "--language", "sw", str(wav))
+    assert refused.returncode == 2 and "does not transcribe 'sw'" in refused.stderr
+    empty = omnid("transcribe", "--model", str(tmp_path), str(wav))
+    assert empty.returncode == 2 and "holds no Whisper or Qwen3-ASR checkpoint" in empty.stderr
+
+
+def test_eval_scores_english_wer_and_chinese_cer_per_table(corpus):
+    ids = ["ljspeech_LJ001-0002", "ljspeech_LJ001-0003", "fireredasr_IT0011W0001", "aishell1_BAC009S0724W0121"]
+    out = omnid("eval", "--model", str(TINY), "--language", "en,zh", "--ids", *ids)
+    assert out.returncode == 0, out.stderr
+    tables = out.stdout.split("\n\n")
+    assert "WER %" in tables[0] and "omnid qwen3_asr_tiny" in tables[0]
+    assert "CER %" in tables[1] and "omnid qwen3_asr_tiny" in tables[1]
+    assert "4 clips" in out.stdout
