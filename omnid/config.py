@@ -165,7 +165,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 ENV_PREFIX = "OMNID_"
-SECTIONS = ("server", "engine", "vad", "transcription", "realtime", "security")
+SECTIONS = ("server", "engine", "vad", "transcription", "realtime", "security", "qwen3_asr")
 
 
 def env_overrides(environ: dict[str, str]) -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
@@ -195,7 +195,7 @@ def _list_fields(section: str) -> set[str]:
 
 def _section_type(section: str) -> type:
     return {"server": ServerConfig, "engine": EngineConfig, "vad": VadConfig, "transcription": TranscriptionConfig,
-            "realtime": RealtimeConfig, "security": SecurityConfig}[section]
+            "realtime": RealtimeConfig, "security": SecurityConfig, "qwen3_asr": Qwen3AsrConfig}[section]
 
 
 def load_config(
