@@ -195,6 +195,7 @@ def build_checkpoint(folder: Path, seed: int) -> str:
     write_tokenizer(folder)
     count = write_weights(folder, seed)
     (folder / STAMP).write_text(json.dumps(stamp))
+    os.sync()  # the first worker must not load while 1.7 GiB of dirty pages are still being written back
     size = (folder / "model.safetensors").stat().st_size / 2**30
     return (f"built a random checkpoint in {folder}: {count / 1e6:.0f} M parameters, model.safetensors {size:.2f} GiB, "
             f"{time.perf_counter() - started:.0f} s")

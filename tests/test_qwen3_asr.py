@@ -9,6 +9,7 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
+from omnid.engine.interface import Hypothesis
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
 from omnid.engine.qwen3_asr.model import EncoderLayer, audio_token_count, sinusoids
 from omnid.engine.qwen3_asr.split import split_long_audio
@@ -151,6 +152,33 @@ def test_streaming_recipe_gives_the_official_ids_step_by_step(engine: Qwen3AsrEn
         assert previous.raw == step["raw"]
         if step["min_margin"] is not None and step["min_margin"] <= 1e-2:
             break  # a near-tie: later steps build on it
+
+
+def test_a_long_prompt_is_prefilled_in_blocks_with_the_same_result(engine: Qwen3AsrEngine, monkeypatch) -> None:
+    import omnid.engine.qwen3_asr.engine as qwen_engine
+
+    c = meta()["cases"]["long_auto"]
+    features = engine.encode(clip(c["clip"]))
+    ids = engine.prompt("", features.shape[0])
+    whole = engine.generate(ids, features, 12)
+    monkeypatch.setattr(qwen_engine, "PREFILL_BLOCK", 7)  # 142 prompt ids in 21 blocks
+    blocked = engine.generate(ids, features, 12)
+    assert (blocked.tokens, blocked.finish) == (whole.tokens, whole.finish)
+    assert blocked.logprob == pytest.approx(whole.logprob, abs=1e-4)
+
+
+def test_a_detected_language_is_forced_for_the_rest_of_the_segment(engine: Qwen3AsrEngine) -> None:
+    """After a decode that named its language, the next ones force ``language X<asr_text>`` and continue the text
+    of the previous answer only (its header is in the prompt now), minus the rollback."""
+    said = "the art of printing and the art of the press which was the art"
+    previous = Hypothesis(text=said, raw="language English<asr_text>" + said, decodes=2, language="en")
+    nxt = engine.redecode(clip("mid"), TranscribeOptions(), previous)
+    prefix_ids = engine.tokenizer.encode(said)[:-5]
+    assert nxt.language == "en" and nxt.raw_language == "en" and nxt.decodes == 3
+    assert list(nxt.tokens[: len(prefix_ids)]) == prefix_ids
+    assert nxt.raw.startswith(engine.tokenizer.decode(prefix_ids)) and "<asr_text>" not in nxt.raw
+    first = engine.redecode(clip("mid"), TranscribeOptions(), None)  # no language yet: nothing forced
+    assert first.raw_language is None and first.decodes == 1
 
 
 def test_loop_guard_stops_a_token_loop_and_keeps_one_turn() -> None:
