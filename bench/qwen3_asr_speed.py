@@ -17,11 +17,10 @@ Every run is a fresh subprocess per system (load time and peak RSS, ru_maxrss, a
 warm-up on the first second of audio (encoder + 2 tokens; --no-warmup skips it); then, timed:
 
 * encoder: log-mel + audio encoder, evaluated (omnid: engine.encode; reference: compute_features + audio_tower);
+* prefill: a decode of one token (the prompt with the audio embeddings through the decoder, the first token read);
 * one greedy decode of --tokens tokens (omnid: engine.generate(..., loop_guard=False) with loop_window=0;
-  reference: generate_with_info with its repetition stop patched off). Prefill is the time from the start of that
-  call until the first token is on the host (omnid: the second call of its per-token check callback, which comes
-  right after the first token is read; reference: the return of its first _sample, which reads the token). The
-  rest of the call, divided by tokens - 1, is the time per generated token. No extra prefill-only decode is run.
+  reference: generate_with_info with its repetition stop patched off). Its time minus the prefill's, divided by
+  tokens - 1, is the time per generated token.
 * total = encoder + the whole decode call (= prefill + decode).
 
 The table shows the median of --runs processes for each figure, side by side, with the speed-up (reference time /
@@ -59,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import omnid  # noqa: E402,F401  (OpenBLAS before mlx, in the parent and in every worker)
+from tests.qwen_vocab import KNOWN, byte_unicode  # noqa: E402
 
 CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
 TINY_CONFIG = ROOT / "tests" / "goldens" / "qwen3_asr_tiny" / "config.json"
@@ -73,8 +73,7 @@ TEXT = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hid
             num_key_value_heads=8, head_dim=128, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True)
 MROPE_SECTION = [24, 20, 20]  # the real model's (sums to head_dim / 2)
 FIRST_ADDED = 151643
-NAMED = {151643: "<|endoftext|>", 151644: "<|im_start|>", 151645: "<|im_end|>", 151669: "<|audio_start|>",
-         151670: "<|audio_end|>", 151676: "<|audio_pad|>", 151704: "<asr_text>"}
+NAMED = KNOWN  # the real added tokens' ids
 NOT_SPECIAL = {"<asr_text>"}
 ENDOFTEXT, IM_END, AUDIO_PAD, AUDIO_START = 151643, 151645, 151676, 151669
 EOS = [IM_END, ENDOFTEXT]
@@ -83,18 +82,6 @@ STAMP = "bench_checkpoint.json"
 
 
 # --- the checkpoint ---------------------------------------------------------------------------------------------
-
-
-def byte_unicode() -> dict[int, str]:
-    """GPT-2's printable stand-ins for the 256 bytes, as byte-level BPE files spell tokens."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
 
 
 def write_config(folder: Path) -> None:
@@ -262,14 +249,14 @@ def worker_omnid(folder: Path, audio_path: Path, ids_path: Path, tokens: int, wa
     encoder_s = time.perf_counter() - started
     assert features.shape[0] == ids.count(AUDIO_PAD), (features.shape, ids.count(AUDIO_PAD))
 
-    marks: list[float] = []
     started = time.perf_counter()
-    gen = engine.generate(ids, features, tokens, check=lambda: marks.append(time.perf_counter()), loop_guard=False)
+    engine.generate(ids, features, 1, loop_guard=False)  # prefill and the first token
+    prefill_s = time.perf_counter() - started
+    started = time.perf_counter()
+    gen = engine.generate(ids, features, tokens, loop_guard=False)
     generate_s = time.perf_counter() - started
     assert len(gen.tokens) == tokens and gen.finish == "length", (len(gen.tokens), gen.finish)
-    # The check runs at the top of each token's loop turn: its second call comes right after the first token is read.
-    first = marks[1] if tokens > 1 else started + generate_s
-    return _result("omnid", load_s, encoder_s, first - started, generate_s, tokens, gen.tokens, str(features.dtype))
+    return _result("omnid", load_s, encoder_s, prefill_s, generate_s, tokens, gen.tokens, str(features.dtype))
 
 
 def worker_reference(folder: Path, audio_path: Path, ids_path: Path, tokens: int, warmup: bool) -> dict:
@@ -282,14 +269,6 @@ def worker_reference(folder: Path, audio_path: Path, ids_path: Path, tokens: int
     from mlx_qwen3_asr.load_models import load_model
 
     G._detect_repetition = lambda tokens, threshold=G.REPETITION_THRESHOLD: False  # forced length: no repetition stop
-    sample, marks = G._sample, []
-
-    def timed_sample(logits, temperature):  # _sample reads the token to the host: the end of its step
-        token = sample(logits, temperature)
-        marks.append(time.perf_counter())
-        return token
-
-    G._sample = timed_sample
     audio = np.load(audio_path)
     ids = json.loads(ids_path.read_text())
     started = time.perf_counter()
@@ -321,12 +300,14 @@ def worker_reference(folder: Path, audio_path: Path, ids_path: Path, tokens: int
     encoder_s = time.perf_counter() - started
     assert features.shape[1] == ids.count(AUDIO_PAD), (features.shape, ids.count(AUDIO_PAD))
 
-    marks.clear()
+    started = time.perf_counter()
+    decode(ids, features, 1)  # prefill and the first token
+    prefill_s = time.perf_counter() - started
     started = time.perf_counter()
     result = decode(ids, features, tokens)
     generate_s = time.perf_counter() - started
     assert len(result.tokens) == tokens and result.finish_reason == "length", (len(result.tokens), result.finish_reason)
-    out = _result("mlx-qwen3-asr", load_s, encoder_s, marks[0] - started, generate_s, tokens, result.tokens,
+    out = _result("mlx-qwen3-asr", load_s, encoder_s, prefill_s, generate_s, tokens, result.tokens,
                   str(features.dtype))
     out["weights_as_loaded"] = loaded_as
     return out

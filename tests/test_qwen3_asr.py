@@ -4,6 +4,8 @@ scripts/qwen3_asr_goldens.py; and against a second, independent MLX port (mlx-qw
 
 from __future__ import annotations
 
+import math
+
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
@@ -11,7 +13,7 @@ import pytest
 
 from omnid.engine.interface import Hypothesis
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
-from omnid.engine.qwen3_asr.model import EncoderLayer, audio_token_count, sinusoids
+from omnid.engine.qwen3_asr.model import EncoderLayer, audio_token_count, gelu, sinusoids
 from omnid.engine.qwen3_asr.split import split_long_audio
 from omnid.engine.whisper.engine import TranscribeOptions
 from tests.qwen_goldens import LANGUAGE_CODES, TINY, arrays, clear_prefix, clip, meta
@@ -21,10 +23,12 @@ CASES = list(meta()["cases"])
 STREAMS = list(meta()["streams"])
 
 
-@pytest.fixture(scope="module")
-def engine() -> Qwen3AsrEngine:
-    # The official code has no loop guard: off here, so that every golden token can be compared.
-    return Qwen3AsrEngine("qwen3-tiny", TINY, options=QwenOptions(loop_window=0))
+@pytest.fixture(scope="module", params=["numpy step", "mlx step"])
+def engine(request) -> Qwen3AsrEngine:
+    """Both decode steps: numpy's (the CPU backend's default) and MLX's (Metal's, and quantized decoders').
+    The official code has no loop guard: off here, so that every golden token can be compared."""
+    return Qwen3AsrEngine("qwen3-tiny", TINY, options=QwenOptions(loop_window=0),
+                          cpu_step=request.param == "numpy step")
 
 
 @pytest.mark.parametrize("name", CLIPS)
@@ -72,6 +76,15 @@ def test_the_window_matters_past_8_seconds(engine: Qwen3AsrEngine) -> None:
     assert np.abs(ours[104:] - unwindowed[104:]).max() > 100 * np.abs(ours - arrays()["long/encoder_out"]).max()
 
 
+def test_gelu_is_the_erf_gelu() -> None:
+    """The encoder's GELU (a rational erf, for speed) against erf in float64, and against MLX's own erf GELU."""
+    x = np.linspace(-12, 12, 480_001).astype(np.float32)
+    exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.astype(np.float64)])
+    ours = np.array(gelu(mx.array(x)))
+    assert np.abs(ours - exact).max() <= 2e-6
+    assert np.abs(ours - np.array(nn.gelu(mx.array(x)))).max() <= 2e-6
+
+
 def test_per_window_attention_equals_one_block_masked_pass() -> None:
     mx.random.seed(3)
     layer = EncoderLayer(64, 4, 128)
@@ -85,7 +98,7 @@ def test_per_window_attention_equals_one_block_masked_pass() -> None:
     q, k, v = (p(y).reshape(1, -1, 4, 16).transpose(0, 2, 1, 3) for p in (att.q_proj, att.k_proj, att.v_proj))
     out = mx.fast.scaled_dot_product_attention(q, k, v, scale=16**-0.5, mask=mask)
     h = x + att.out_proj(out.transpose(0, 2, 1, 3).reshape(1, -1, 64))[0]
-    h = h + layer.fc2(nn.gelu(layer.fc1(layer.final_layer_norm(h))))
+    h = h + layer.fc2(gelu(layer.fc1(layer.final_layer_norm(h))))
     assert np.abs(np.array(per_window) - np.array(h)).max() <= 1e-5
 
 

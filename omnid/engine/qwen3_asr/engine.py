@@ -25,7 +25,8 @@ from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import Capabilities, Hypothesis
 from omnid.engine.logmel import HOP_LENGTH, N_FFT, log_mel_spectrogram
 from omnid.engine.qwen3_asr.checkpoint import load_checkpoint
-from omnid.engine.qwen3_asr.model import Qwen3ASR
+from omnid.engine.qwen3_asr.cpu_step import NumpyStep
+from omnid.engine.qwen3_asr.model import KVCache, Qwen3ASR
 from omnid.engine.qwen3_asr.prompt import CODES, NAMES, parse, prompt_ids
 from omnid.engine.qwen3_asr.split import split_long_audio
 from omnid.engine.qwen3_asr.tokenizer import QwenTokenizer, tokenizer_files
@@ -63,7 +64,7 @@ class Qwen3AsrEngine:
     kind = "qwen3_asr"
 
     def __init__(self, model_id: str, folder: Path, pins: Mapping[str, str] | None = None,
-                 options: QwenOptions = QwenOptions()):
+                 options: QwenOptions = QwenOptions(), cpu_step: bool | None = None):
         started = time.perf_counter()
         self.model_id = model_id
         self.folder = Path(folder)
@@ -91,13 +92,19 @@ class Qwen3AsrEngine:
                     if isinstance(layer, nn.Embedding) else nn.QuantizedLinear.from_linear(layer, q.group_size, q.bits))
         self.model.load_weights(list(ckpt.weights.items()), strict=True)
         mx.eval(self.model.parameters())
+        # Per-token steps in numpy on the CPU backend (OpenBLAS reads the weights over twice as fast there); the
+        # MLX step on Metal, and for quantized decoders, which numpy cannot multiply.
+        if cpu_step is None:
+            cpu_step = mx.default_device() == mx.cpu and not ckpt.quantized
+        t = ckpt.text
+        self.cpu_step = NumpyStep(self.model, t.rms_norm_eps, t.rope_theta, t.heads, t.kv_heads, t.head_dim) if cpu_step else None
         self.layout = ckpt.layout
         self.quantized = bool(ckpt.quantized)
         names = ckpt.languages or tuple(NAMES.values())
         self.languages = tuple(CODES[n] for n in names if n in CODES)
         self.load_seconds = time.perf_counter() - started
         log.info("engine_loaded", model=model_id, kind=self.kind, layout=ckpt.layout, quantized=self.quantized,
-                 seconds=round(self.load_seconds, 3))
+                 decode_step="numpy" if self.cpu_step else "mlx", seconds=round(self.load_seconds, 3))
 
     @property
     def capabilities(self) -> Capabilities:
@@ -130,8 +137,7 @@ class Qwen3AsrEngine:
 
     def generate(self, ids: list[int], audio: mx.array, budget: int, check: Check = lambda: None,
                  loop_guard: bool = True) -> Generation:
-        """Greedy decoding after the prompt ``ids``: stops on an end token, on a token loop, or at ``budget``.
-        Each next step is queued before the current token is read, so the device never waits on Python."""
+        """Greedy decoding after the prompt ``ids``: stops on an end token, on a token loop, or at ``budget``."""
         caches = self.model.new_caches()
         x = self.model.embed(ids, self.tokenizer.ids.audio_pad, audio)
         # The prompt in blocks: attention scores are (block x prompt) per head, not (prompt x prompt), so a
@@ -141,39 +147,65 @@ class Qwen3AsrEngine:
             if first + PREFILL_BLOCK < x.shape[1]:
                 mx.eval(hidden)
                 check()
+        logits = self.model.logits(hidden[:, -1])[0]
+        if self.cpu_step is not None:
+            return self._decode_numpy(np.array(logits), caches, budget, check, loop_guard)
+        return self._decode_mlx(logits, caches, budget, check, loop_guard)
 
-        def pick(h: mx.array) -> tuple[mx.array, mx.array]:
-            logits = self.model.logits(h[:, -1])[0]
+    def _decode_mlx(self, logits: mx.array, caches: list[KVCache], budget: int, check: Check,
+                    loop_guard: bool) -> Generation:
+        """Each next step is queued before the current token is read, so the device never waits on Python."""
+
+        def pick(logits: mx.array) -> tuple[mx.array, mx.array]:
             token = mx.argmax(logits)
             return token, logits[token] - mx.logsumexp(logits)
 
         def step(token: mx.array) -> tuple[mx.array, mx.array]:
-            return pick(self.model.text(self.model.text.embed_tokens(token.reshape(1, 1)), caches))
+            hidden = self.model.text(self.model.text.embed_tokens(token.reshape(1, 1)), caches)
+            return pick(self.model.logits(hidden[:, -1])[0])
 
         tokens: list[int] = []
         total = 0.0
-        finish = "length"
-        current = pick(hidden)
+        current = pick(logits)
         mx.async_eval(*current)
         while len(tokens) < budget:
             check()
             following = step(current[0]) if len(tokens) + 1 < budget else None
             if following is not None:
                 mx.async_eval(*following)
-            token = int(cast(int, current[0].item()))
+            tokens.append(int(cast(int, current[0].item())))
             total += float(cast(float, current[1].item()))
-            tokens.append(token)
-            if token in self.eos:
-                finish = "stop"
-                break
-            if loop_guard and self._looping(tokens):
-                tokens = self._unlooped(tokens)
-                finish = "loop"
-                break
+            if stopped := self._stopped(tokens, loop_guard):
+                return Generation(*stopped, total)
             if following is None:
                 break
             current = following
-        return Generation(tokens, finish, total)
+        return Generation(tokens, "length", total)
+
+    def _decode_numpy(self, logits: np.ndarray, caches: list[KVCache], budget: int, check: Check,
+                      loop_guard: bool) -> Generation:
+        assert self.cpu_step is not None
+        self.cpu_step.start(caches, budget)
+        tokens: list[int] = []
+        total = 0.0
+        while len(tokens) < budget:
+            check()
+            token = int(np.argmax(logits))
+            peak = float(logits[token])
+            total += peak - (peak + float(np.log(np.exp(logits - peak).sum())))
+            tokens.append(token)
+            if stopped := self._stopped(tokens, loop_guard):
+                return Generation(*stopped, total)
+            if len(tokens) < budget:
+                logits = self.cpu_step.step(token)
+        return Generation(tokens, "length", total)
+
+    def _stopped(self, tokens: list[int], loop_guard: bool) -> tuple[list[int], str] | None:
+        if tokens[-1] in self.eos:
+            return tokens, "stop"
+        if loop_guard and self._looping(tokens):
+            return self._unlooped(tokens), "loop"
+        return None
 
     def _looping(self, tokens: list[int]) -> bool:
         n = self.options.loop_window

@@ -22,6 +22,43 @@ TOKENS_PER_CHUNK = 13  # a full 100-frame chunk after three stride-2 convs
 CONV_BATCH = 32  # chunks through the conv stem at once: bounds its activations (~100 MB at the 0.6B width)
 
 
+# erf as a rational function of x on [-4, 4] (odd numerator, even denominator; saturated outside, where float32
+# erf is +-1): the minimax approximation XLA and Eigen use for float32, within 1.5e-6 of erf. MLX's CPU erf is a
+# scalar loop; this is multiplies and adds, fused by mx.compile into one vector kernel, and about 3x faster on
+# the conv stem's 15 million activations per 10 s of audio (measured: bench/qwen3_asr_speed.py).
+_ERF_P = (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04, -5.69250639462346e-05,
+          -2.10102402082508e-06, 2.77068142495902e-08, -2.72614225801306e-10)
+_ERF_Q = (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03, -2.13374055278905e-04,
+          -1.45660718464996e-05)
+
+
+def _gelu_rational(x: mx.array) -> mx.array:
+    """GELU with erf (not the tanh approximation): 0.5 x (1 + erf(x / sqrt 2))."""
+    z = mx.clip(x * 0.7071067811865476, -4.0, 4.0)
+    z2 = z * z
+    p = mx.array(_ERF_P[-1], mx.float32)
+    for c in reversed(_ERF_P[:-1]):
+        p = p * z2 + c
+    q = mx.array(_ERF_Q[-1], mx.float32)
+    for c in reversed(_ERF_Q[:-1]):
+        q = q * z2 + c
+    return 0.5 * x * (1.0 + z * p / q)
+
+
+def _compiled_gelu() -> Callable[[mx.array], mx.array]:
+    """The fused kernel where MLX can compile one (its CPU backend needs a C++ compiler at run time), else the
+    same arithmetic op by op."""
+    fused = mx.compile(_gelu_rational)
+    try:
+        mx.eval(fused(mx.zeros((4,))))
+    except Exception:  # noqa: BLE001  (any compile failure: the uncompiled function computes the same)
+        return _gelu_rational
+    return fused
+
+
+gelu = _compiled_gelu()
+
+
 def audio_token_count(frames: int, chunk: int = 100) -> int:
     """Audio tokens for a clip of ``frames`` mel frames: 13 per full chunk, then the tail's three halvings.
     Python's floor division throughout (MLX's `//` truncates toward zero, an off-by-one for an empty tail)."""
@@ -71,7 +108,7 @@ class EncoderLayer(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         x = x + self.self_attn(self.self_attn_layer_norm(x))
-        return x + self.fc2(nn.gelu(self.fc1(self.final_layer_norm(x))))
+        return x + self.fc2(gelu(self.fc1(self.final_layer_norm(x))))
 
 
 class AudioEncoder(nn.Module):
@@ -105,9 +142,9 @@ class AudioEncoder(nn.Module):
         out = []
         for first in range(0, len(widths), CONV_BATCH):
             x = chunks[first : first + CONV_BATCH]
-            x = nn.gelu(self.conv2d1(x))
-            x = nn.gelu(self.conv2d2(x))
-            x = nn.gelu(self.conv2d3(x))
+            x = gelu(self.conv2d1(x))
+            x = gelu(self.conv2d2(x))
+            x = gelu(self.conv2d3(x))
             b, f, t, c = x.shape
             x = self.conv_out(x.transpose(0, 2, 3, 1).reshape(b, t, c * f))  # channel-major: index c * f_total + f
             x = x + self._positions[:t]
@@ -131,7 +168,7 @@ class AudioEncoder(nn.Module):
         if n % self.window:
             parts.append(self._layers(x[full * self.window :][None], check)[0])
         x = mx.concatenate(parts) if len(parts) > 1 else parts[0]
-        x = self.proj2(nn.gelu(self.proj1(self.ln_post(x))))
+        x = self.proj2(gelu(self.proj1(self.ln_post(x))))
         mx.eval(x)
         return x
 
