@@ -25,7 +25,7 @@ class TranscriptionJson(msgspec.Struct):
     text: str
 
 
-class SegmentJson(msgspec.Struct):
+class SegmentJson(msgspec.Struct, omit_defaults=True):
     id: int
     seek: int
     start: float
@@ -36,6 +36,7 @@ class SegmentJson(msgspec.Struct):
     avg_logprob: float
     compression_ratio: float
     no_speech_prob: float
+    language: str | None = None  # the language detected in this segment, where the engine tells (Qwen3-ASR chunks)
 
 
 class WordJson(msgspec.Struct):
@@ -59,7 +60,9 @@ def render(transcript: Transcript, fmt: str, task: str = "transcribe", words: bo
     if fmt == "text":
         return transcript.text + "\n"
     if fmt == "verbose_json":
-        segments = [SegmentJson(**{f: getattr(s, f) for f in SegmentJson.__struct_fields__}) for s in transcript.segments]
+        segments = [SegmentJson(**{f: getattr(s, f) for f in SegmentJson.__struct_fields__ if f != "language"},
+                                language=LANGUAGES.get(s.language, s.language) if s.language else None)
+                    for s in transcript.segments]
         body = VerboseJson(
             task=task,
             language=LANGUAGES.get(transcript.language, transcript.language),

@@ -23,12 +23,12 @@ CASES = list(meta()["cases"])
 STREAMS = list(meta()["streams"])
 
 
-@pytest.fixture(scope="module", params=["numpy step", "mlx step"])
+@pytest.fixture(scope="module", params=["numpy decoder", "mlx decoder"])
 def engine(request) -> Qwen3AsrEngine:
-    """Both decode steps: numpy's (the CPU backend's default) and MLX's (Metal's, and quantized decoders').
+    """Both decoders: numpy's (the CPU backend's default) and MLX's (Metal's, and quantized ones).
     The official code has no loop guard: off here, so that every golden token can be compared."""
     return Qwen3AsrEngine("qwen3-tiny", TINY, options=QwenOptions(loop_window=0),
-                          cpu_step=request.param == "numpy step")
+                          cpu_decoder=request.param == "numpy decoder")
 
 
 @pytest.mark.parametrize("name", CLIPS)
@@ -113,6 +113,9 @@ def test_prompt_and_prefill_logits_match(engine: Qwen3AsrEngine, case: str) -> N
     assert np.abs(logits[-len(tail):] - tail).max() <= 1e-3
     clear = arrays()[f"{case}/prefill_margin"] > 1e-2
     assert (logits.argmax(-1) == arrays()[f"{case}/argmax"])[clear].all()
+    if engine.cpu_decoder is not None:  # the numpy decoder's prefill too (the last position: what decoding uses)
+        x = np.array(engine.model.embed(ids, engine.tokenizer.ids.audio_pad, features)[0])
+        assert np.abs(engine.cpu_decoder.prefill(x, 1, lambda: None) - tail[-1]).max() <= 1e-3
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -168,13 +171,15 @@ def test_streaming_recipe_gives_the_official_ids_step_by_step(engine: Qwen3AsrEn
 
 
 def test_a_long_prompt_is_prefilled_in_blocks_with_the_same_result(engine: Qwen3AsrEngine, monkeypatch) -> None:
+    import omnid.engine.qwen3_asr.cpu_decoder as cpu_decoder
     import omnid.engine.qwen3_asr.engine as qwen_engine
 
     c = meta()["cases"]["long_auto"]
     features = engine.encode(clip(c["clip"]))
     ids = engine.prompt("", features.shape[0])
     whole = engine.generate(ids, features, 12)
-    monkeypatch.setattr(qwen_engine, "PREFILL_BLOCK", 7)  # 142 prompt ids in 21 blocks
+    monkeypatch.setattr(qwen_engine, "PREFILL_BLOCK", 7)  # 142 prompt ids in 21 blocks (MLX decoder)
+    monkeypatch.setattr(cpu_decoder, "BLOCK", 7)  # (numpy decoder)
     blocked = engine.generate(ids, features, 12)
     assert (blocked.tokens, blocked.finish) == (whole.tokens, whole.finish)
     assert blocked.logprob == pytest.approx(whole.logprob, abs=1e-4)

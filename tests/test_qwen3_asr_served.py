@@ -67,6 +67,7 @@ def test_file_request_gives_the_official_text_in_every_format(client):
     assert verbose.text == golden_text("mid_en") and verbose.language == "english"
     assert verbose.duration == pytest.approx(len(clip("mid")) / 16000, abs=1e-3)
     assert [(s.start, s.text) for s in verbose.segments] == [(0.0, golden_text("mid_en"))]
+    assert verbose.segments[0].language == "english"  # each chunk's language
 
 
 def test_a_prompt_is_context_in_the_system_turn(client):

@@ -25,7 +25,7 @@ from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import Capabilities, Hypothesis
 from omnid.engine.logmel import HOP_LENGTH, N_FFT, log_mel_spectrogram
 from omnid.engine.qwen3_asr.checkpoint import load_checkpoint
-from omnid.engine.qwen3_asr.cpu_step import NumpyStep
+from omnid.engine.qwen3_asr.cpu_decoder import NumpyDecoder
 from omnid.engine.qwen3_asr.model import KVCache, Qwen3ASR
 from omnid.engine.qwen3_asr.prompt import CODES, NAMES, parse, prompt_ids
 from omnid.engine.qwen3_asr.split import split_long_audio
@@ -64,7 +64,7 @@ class Qwen3AsrEngine:
     kind = "qwen3_asr"
 
     def __init__(self, model_id: str, folder: Path, pins: Mapping[str, str] | None = None,
-                 options: QwenOptions = QwenOptions(), cpu_step: bool | None = None):
+                 options: QwenOptions = QwenOptions(), cpu_decoder: bool | None = None):
         started = time.perf_counter()
         self.model_id = model_id
         self.folder = Path(folder)
@@ -92,19 +92,20 @@ class Qwen3AsrEngine:
                     if isinstance(layer, nn.Embedding) else nn.QuantizedLinear.from_linear(layer, q.group_size, q.bits))
         self.model.load_weights(list(ckpt.weights.items()), strict=True)
         mx.eval(self.model.parameters())
-        # Per-token steps in numpy on the CPU backend (OpenBLAS reads the weights over twice as fast there); the
-        # MLX step on Metal, and for quantized decoders, which numpy cannot multiply.
-        if cpu_step is None:
-            cpu_step = mx.default_device() == mx.cpu and not ckpt.quantized
+        # The decoder in numpy on the CPU backend (see cpu_decoder.py: twice as fast there); MLX's on Metal, and
+        # for quantized decoders, which numpy cannot multiply.
+        if cpu_decoder is None:
+            cpu_decoder = mx.default_device() == mx.cpu and not ckpt.quantized
         t = ckpt.text
-        self.cpu_step = NumpyStep(self.model, t.rms_norm_eps, t.rope_theta, t.heads, t.kv_heads, t.head_dim) if cpu_step else None
+        self.cpu_decoder = NumpyDecoder(self.model, t.rms_norm_eps, t.rope_theta, t.heads, t.kv_heads,
+                                        t.head_dim) if cpu_decoder else None
         self.layout = ckpt.layout
         self.quantized = bool(ckpt.quantized)
         names = ckpt.languages or tuple(NAMES.values())
         self.languages = tuple(CODES[n] for n in names if n in CODES)
         self.load_seconds = time.perf_counter() - started
         log.info("engine_loaded", model=model_id, kind=self.kind, layout=ckpt.layout, quantized=self.quantized,
-                 decode_step="numpy" if self.cpu_step else "mlx", seconds=round(self.load_seconds, 3))
+                 decoder="numpy" if self.cpu_decoder else "mlx", seconds=round(self.load_seconds, 3))
 
     @property
     def capabilities(self) -> Capabilities:
@@ -138,19 +139,18 @@ class Qwen3AsrEngine:
     def generate(self, ids: list[int], audio: mx.array, budget: int, check: Check = lambda: None,
                  loop_guard: bool = True) -> Generation:
         """Greedy decoding after the prompt ``ids``: stops on an end token, on a token loop, or at ``budget``."""
-        caches = self.model.new_caches()
         x = self.model.embed(ids, self.tokenizer.ids.audio_pad, audio)
+        if self.cpu_decoder is not None:
+            return self._decode_numpy(self.cpu_decoder.prefill(np.array(x[0]), budget, check), budget, check, loop_guard)
+        caches = self.model.new_caches()
         # The prompt in blocks: attention scores are (block x prompt) per head, not (prompt x prompt), so a
-        # 20-minute chunk (15 600 audio tokens) does not need 16 GB on a CPU.
+        # 20-minute chunk (15 600 audio tokens) does not need 16 GB.
         for first in range(0, x.shape[1], PREFILL_BLOCK):
             hidden = self.model.text(x[:, first : first + PREFILL_BLOCK], caches)
             if first + PREFILL_BLOCK < x.shape[1]:
                 mx.eval(hidden)
                 check()
-        logits = self.model.logits(hidden[:, -1])[0]
-        if self.cpu_step is not None:
-            return self._decode_numpy(np.array(logits), caches, budget, check, loop_guard)
-        return self._decode_mlx(logits, caches, budget, check, loop_guard)
+        return self._decode_mlx(self.model.logits(hidden[:, -1])[0], caches, budget, check, loop_guard)
 
     def _decode_mlx(self, logits: mx.array, caches: list[KVCache], budget: int, check: Check,
                     loop_guard: bool) -> Generation:
@@ -182,10 +182,8 @@ class Qwen3AsrEngine:
             current = following
         return Generation(tokens, "length", total)
 
-    def _decode_numpy(self, logits: np.ndarray, caches: list[KVCache], budget: int, check: Check,
-                      loop_guard: bool) -> Generation:
-        assert self.cpu_step is not None
-        self.cpu_step.start(caches, budget)
+    def _decode_numpy(self, logits: np.ndarray, budget: int, check: Check, loop_guard: bool) -> Generation:
+        assert self.cpu_decoder is not None
         tokens: list[int] = []
         total = 0.0
         while len(tokens) < budget:
@@ -197,7 +195,7 @@ class Qwen3AsrEngine:
             if stopped := self._stopped(tokens, loop_guard):
                 return Generation(*stopped, total)
             if len(tokens) < budget:
-                logits = self.cpu_step.step(token)
+                logits = self.cpu_decoder.step(token)
         return Generation(tokens, "length", total)
 
     def _stopped(self, tokens: list[int], loop_guard: bool) -> tuple[list[int], str] | None:
