@@ -45,6 +45,20 @@ def test_the_original_layout_is_detected_with_its_tied_head() -> None:
     assert is_qwen3_asr(TINY)
 
 
+def test_a_stored_head_that_differs_from_the_tied_embedding_is_reported(tmp_path: Path) -> None:
+    def change(w, _folder):
+        w["thinker.lm_head.weight"] = w["thinker.lm_head.weight"] * 2
+    assert load_checkpoint(broken(tmp_path, change)).head_differs
+    assert not load_checkpoint(TINY).head_differs
+
+
+def test_empty_audio_is_empty_text_without_the_model(fp32: Qwen3AsrEngine) -> None:
+    from omnid.engine.whisper.engine import TranscribeOptions
+
+    t = fp32.transcribe(np.zeros(100, np.float32), TranscribeOptions())
+    assert (t.text, t.segments, t.generated_tokens) == ("", [], 0)
+
+
 def test_transformers_hf_layout_gives_the_same_logits(tmp_path: Path, fp32: Qwen3AsrEngine) -> None:
     hf = Qwen3AsrEngine("tiny-hf", write_hf(tmp_path / "hf"), options=GUARD_OFF)
     assert hf.layout == "hf"

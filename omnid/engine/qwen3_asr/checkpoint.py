@@ -79,6 +79,7 @@ class Checkpoint:
     weights: dict[str, mx.array]
     quantized: dict[str, Quantization]  # module path -> how its weight is packed
     files: tuple[Path, ...]
+    head_differs: bool = False  # a stored lm_head that a tied config ignores is not the embedding
 
 
 def is_qwen3_asr(folder: Path) -> bool:
@@ -124,7 +125,10 @@ def load_checkpoint(folder: Path) -> Checkpoint:
     quant = raw.get("quantization") or raw.get("quantization_config")
     weights, quantized = _checked(renamed, audio, text, layout, quant, config_path)
     languages = tuple(str(x) for x in raw.get("support_languages") or thinker.get("support_languages") or ())
-    return Checkpoint(folder, layout, audio, text, ids, languages, weights, quantized, files)
+    head = renamed.get("lm_head.weight")
+    differs = bool(text.tied and head is not None and "text.embed_tokens" not in quantized
+                   and not mx.array_equal(head[0].astype(mx.float32), weights["text.embed_tokens.weight"]).item())
+    return Checkpoint(folder, layout, audio, text, ids, languages, weights, quantized, files, differs)
 
 
 def _field(section: dict[str, Any], key: str, kind: type, path: Path, default: Any = None) -> Any:

@@ -99,6 +99,9 @@ class Qwen3AsrEngine:
         t = ckpt.text
         self.cpu_decoder = NumpyDecoder(self.model, t.rms_norm_eps, t.rope_theta, t.heads, t.kv_heads,
                                         t.head_dim) if cpu_decoder else None
+        if ckpt.head_differs:
+            log.warning("tied_head_differs", model=model_id, detail="lm_head.weight is stored but differs from the "
+                        "embedding; the config ties them, so the embedding is the head")
         self.layout = ckpt.layout
         self.quantized = bool(ckpt.quantized)
         names = ckpt.languages or tuple(NAMES.values())
@@ -229,6 +232,8 @@ class Qwen3AsrEngine:
         duration = len(audio) / SAMPLE_RATE
         segments: list[Segment] = []
         generated, finish = 0, "stop"
+        if len(audio) < HOP_LENGTH:  # not one frame of audio: nothing to hear, and the model would invent words
+            return Transcript("", [], opts.language or "", duration, 0, "stop")
         for start, chunk in split_long_audio(audio, self.options.max_chunk_s, self.options.split_search_s):
             check()
             seconds = len(chunk) / SAMPLE_RATE
