@@ -199,6 +199,18 @@ def test_a_detected_language_is_forced_for_the_rest_of_the_segment(engine: Qwen3
     assert first.raw_language is None and first.decodes == 1
 
 
+@pytest.mark.parametrize("language", [None, "en"])
+def test_a_final_continues_the_text_already_sent(engine: Qwen3AsrEngine, language: str | None) -> None:
+    """What the OpenAI dialect's append-only deltas need: the text of a clip forced to begin with what was sent."""
+    sent = "the art of printing"
+    opts = TranscribeOptions(language=language, max_new_tokens=6)
+    text = engine.preview(clip("mid"), opts, sent)
+    assert text.startswith(sent)
+    features = engine.encode(clip("mid"))
+    forced = engine.generate(engine.prompt("", features.shape[0], language, sent), features, 6)
+    assert text == (sent + engine.tokenizer.decode(forced.tokens)).strip()
+
+
 def test_loop_guard_stops_a_token_loop_and_keeps_one_turn() -> None:
     guarded = Qwen3AsrEngine("qwen3-tiny", TINY)  # the default guard: 24 tokens with at most 3 distinct
     c = meta()["cases"]["long_auto"]

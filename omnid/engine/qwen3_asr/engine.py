@@ -292,17 +292,20 @@ class Qwen3AsrEngine:
     def preview(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), prefix: str = "",
                 check: Check = lambda: None) -> str:
         """The text of one clip, forced to begin with ``prefix`` (a final that must continue the text already sent
-        as append-only deltas). Without a forced language, the language is detected first (a short decode)."""
+        as append-only deltas): the prefix is written after the language header, and the decode continues it."""
+        text = prefix.strip()
+        if not text:
+            return self._decode(audio, opts, check)[2]
+        features = self.encode(audio, check)
         language = opts.language
-        if prefix.strip() and language is None:
-            features = self.encode(audio, check)
+        if language is None:  # its header first: a short decode of the answer's start
             head = self.generate(self.prompt(opts.prompt or "", features.shape[0]), features, 8, check)
             language = parse(self.tokenizer.decode(head.tokens)).language
-        text = prefix.strip()
-        if text and language is None:
-            return text  # no language header to continue after: the text sent stands
-        return self._decode(audio, opts, check, prefix=text, language=language)[2] if text else self._decode(
-            audio, opts, check)[2]
+        # Without a language named, the text follows the assistant header directly, as the official streaming
+        # recipe forces a previous answer that named none.
+        ids = self.prompt(opts.prompt or "", features.shape[0], language, text)
+        gen = self.generate(ids, features, self._budget(len(audio), opts), check)
+        return (text + self.tokenizer.decode(gen.tokens)).strip()
 
     # --- live previews: the official streaming recipe ----------------------------------------------------------------
 
