@@ -15,35 +15,12 @@ from collections.abc import Callable
 import mlx.core as mx
 import mlx.nn as nn
 
+from omnid.engine.cpu_math import attention, gelu
 from omnid.engine.qwen3_asr.checkpoint import AudioDims, TextDims
 
 Check = Callable[[], None]
 TOKENS_PER_CHUNK = 13  # a full 100-frame chunk after three stride-2 convs
 CONV_BATCH = 32  # chunks through the conv stem at once: bounds its activations (~100 MB at the 0.6B width)
-
-
-# erf as a rational function of x on [-4, 4] (odd numerator, even denominator; saturated outside, where float32
-# erf is +-1): the minimax approximation XLA and Eigen use for float32, within 1.5e-6 of erf. MLX's CPU erf is a
-# scalar loop that took half the encoder's time; these multiplies and adds are vectorised, 1.4x faster op by op.
-# (Fused by mx.compile they were 3x faster, but a kernel compiled on the engine's worker thread made the process
-# abort at exit now and then: "terminate called without an active exception", 5 runs in 44 of `omnid transcribe`.)
-_ERF_P = (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04, -5.69250639462346e-05,
-          -2.10102402082508e-06, 2.77068142495902e-08, -2.72614225801306e-10)
-_ERF_Q = (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03, -2.13374055278905e-04,
-          -1.45660718464996e-05)
-
-
-def gelu(x: mx.array) -> mx.array:
-    """GELU with erf (not the tanh approximation): 0.5 x (1 + erf(x / sqrt 2))."""
-    z = mx.clip(x * 0.7071067811865476, -4.0, 4.0)
-    z2 = z * z
-    p = mx.array(_ERF_P[-1], mx.float32)
-    for c in reversed(_ERF_P[:-1]):
-        p = p * z2 + c
-    q = mx.array(_ERF_Q[-1], mx.float32)
-    for c in reversed(_ERF_Q[:-1]):
-        q = q * z2 + c
-    return 0.5 * x * (1.0 + z * p / q)
 
 
 def audio_token_count(frames: int, chunk: int = 100) -> int:
@@ -81,7 +58,7 @@ class EncoderAttention(nn.Module):
         """x: (windows, tokens, d); each window attends only to itself, bidirectionally."""
         b, n, d = x.shape
         q, k, v = (p(x).reshape(b, n, self.heads, -1).transpose(0, 2, 1, 3) for p in (self.q_proj, self.k_proj, self.v_proj))
-        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=(d // self.heads) ** -0.5)
+        out = attention(q, k, v, scale=(d // self.heads) ** -0.5)
         return self.out_proj(out.transpose(0, 2, 1, 3).reshape(b, n, d))
 
 

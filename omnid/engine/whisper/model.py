@@ -12,6 +12,8 @@ from typing import Any, Callable
 import mlx.core as mx
 import mlx.nn as nn
 
+from omnid.engine.cpu_math import attention, gelu
+
 KVCache = tuple[mx.array, mx.array]
 
 
@@ -63,7 +65,10 @@ class MultiHeadAttention(nn.Module):
         else:
             k, v = kv_cache
         n_batch, _, n_ctx, head = q.shape
-        wv = mx.fast.scaled_dot_product_attention(q, k, v, scale=head**-0.5, mask=mask)
+        if mask is None and kv_cache is None and xa is None:  # the encoder's self-attention
+            wv = attention(q, k, v, scale=head**-0.5)
+        else:
+            wv = mx.fast.scaled_dot_product_attention(q, k, v, scale=head**-0.5, mask=mask)
         return self.out(wv.transpose(0, 2, 1, 3).reshape(n_batch, n_ctx, self.n_head * head)), (k, v)
 
     def split_heads(self, t: mx.array) -> mx.array:
@@ -97,7 +102,7 @@ class ResidualAttentionBlock(nn.Module):
         if self.cross_attn is not None and self.cross_attn_ln is not None:
             y, cross_kv = self.cross_attn(self.cross_attn_ln(x), xa, kv_cache=cross_kv)
             x = x + y
-        x = x + self.mlp2(nn.gelu(self.mlp1(self.mlp_ln(x))))
+        x = x + self.mlp2(gelu(self.mlp1(self.mlp_ln(x))))
         return x, (self_kv, cross_kv)
 
 
@@ -120,8 +125,8 @@ class AudioEncoder(nn.Module):
     def __call__(self, mel: mx.array, between_layers: Callable[[], None] | None = None) -> mx.array:
         """mel: (batch, frames, n_mels) with frames <= 2 * n_ctx. Fewer frames than a full window are
         encoded as they are (no padding to 30 s); the caller chooses."""
-        x = nn.gelu(self.conv1(mel))
-        x = nn.gelu(self.conv2(x))
+        x = gelu(self.conv1(mel))
+        x = gelu(self.conv2(x))
         x = x + self.positional_embedding[: x.shape[1]]
         for block in self.blocks:
             x, _ = block(x)
@@ -176,7 +181,7 @@ class TextDecoder(nn.Module):
             weights.append(w)
             n_batch, _, n_ctx, head = q.shape
             x = x + attn.out((w @ v).transpose(0, 2, 1, 3).reshape(n_batch, n_ctx, attn.n_head * head))
-            x = x + block.mlp2(nn.gelu(block.mlp1(block.mlp_ln(x))))
+            x = x + block.mlp2(gelu(block.mlp1(block.mlp_ln(x))))
         return weights
 
     def logits(self, hidden: mx.array) -> mx.array:
