@@ -212,6 +212,34 @@ def test_a_final_continues_the_text_already_sent(engine: Qwen3AsrEngine, languag
     assert text == (sent + engine.tokenizer.decode(forced.tokens)).strip()
 
 
+class Cancelled(Exception):
+    pass
+
+
+def test_cancellation_is_checked_per_token_and_between_encoder_layers(engine: Qwen3AsrEngine) -> None:
+    calls: list[int] = []
+
+    def check() -> None:
+        calls.append(1)
+        if len(calls) == limit:
+            raise Cancelled
+
+    limit = 3  # the conv stem, then the first encoder layer: stopped inside the encoder
+    with pytest.raises(Cancelled):
+        engine.encode(clip("long"), check)
+    features = engine.encode(clip("long"))
+    ids = engine.prompt("", features.shape[0])
+    calls.clear()
+    limit = 5  # stopped within the first tokens of a decode that would run to 64
+    with pytest.raises(Cancelled):
+        engine.generate(ids, features, 64, check, loop_guard=False)
+    assert len(calls) == 5
+    calls.clear()
+    limit = 0  # never: the whole decode checks once per token (and the numpy decoder once after its prefill)
+    gen = engine.generate(ids, features, 64, check, loop_guard=False)
+    assert len(gen.tokens) <= len(calls) <= len(gen.tokens) + 1
+
+
 def test_loop_guard_stops_a_token_loop_and_keeps_one_turn() -> None:
     guarded = Qwen3AsrEngine("qwen3-tiny", TINY)  # the default guard: 24 tokens with at most 3 distinct
     c = meta()["cases"]["long_auto"]
