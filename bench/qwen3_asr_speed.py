@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import omnid  # noqa: E402,F401  (OpenBLAS before mlx, in the parent and in every worker)
-from tests.qwen_vocab import KNOWN, byte_unicode  # noqa: E402
+from tests.qwen_vocab import KNOWN, byte_unicode, write_tokenizer_config  # noqa: E402
 
 CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
 TINY_CONFIG = ROOT / "tests" / "goldens" / "qwen3_asr_tiny" / "config.json"
@@ -74,7 +74,6 @@ TEXT = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hid
 MROPE_SECTION = [24, 20, 20]  # the real model's (sums to head_dim / 2)
 FIRST_ADDED = 151643
 NAMED = KNOWN  # the real added tokens' ids
-NOT_SPECIAL = {"<asr_text>"}
 ENDOFTEXT, IM_END, AUDIO_PAD, AUDIO_START = 151643, 151645, 151676, 151669
 EOS = [IM_END, ENDOFTEXT]
 PREVIEW_RAW_TOKENS = 40
@@ -107,20 +106,7 @@ def write_tokenizer(folder: Path) -> None:
     assert len(vocab) == FIRST_ADDED
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     (folder / "merges.txt").write_text("#version: 0.2\n")
-    added = {}
-    for i in range(FIRST_ADDED, max(NAMED) + 1):
-        content = NAMED.get(i, f"<|reserved_{i}|>")
-        added[str(i)] = {"content": content, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                         "special": content not in NOT_SPECIAL}
-    config = {
-        "tokenizer_class": "Qwen2Tokenizer", "added_tokens_decoder": added, "errors": "replace",
-        "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
-        "clean_up_tokenization_spaces": False, "split_special_tokens": False, "model_max_length": 65536,
-        "audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>", "audio_eos_token": "<|audio_end|>",
-        "extra_special_tokens": {"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>",
-                                 "audio_eos_token": "<|audio_end|>"},
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    write_tokenizer_config(folder, {i: NAMED.get(i, f"<|reserved_{i}|>") for i in range(FIRST_ADDED, max(NAMED) + 1)})
 
 
 def dims():

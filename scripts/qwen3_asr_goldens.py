@@ -61,7 +61,7 @@ def parse_unfixed(raw: str, user_language: str | None) -> tuple[str, str]:
         U.detect_and_fix_repetitions = fix
 
 from omnid.audio import decode_audio  # noqa: E402  (the same 16 kHz samples the tests decode)
-from tests.qwen_vocab import byte_unicode  # noqa: E402
+from tests.qwen_vocab import byte_unicode, write_tokenizer_config  # noqa: E402
 
 OUT = ROOT / "tests/goldens/qwen3_asr_tiny"
 CORPUS = ROOT.parent / "shared/corpus"
@@ -75,7 +75,6 @@ WORDS = ["system", "user", "assistant", "language", " English", " Chinese", " No
 # Added tokens in the real order, with reserved names where the real ones sit between (ids must leave no gaps).
 ADDED = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|audio_start|>", "<|audio_end|>",
          "<|box_start|>", "<|audio_pad|>", "<|quad_start|>", "<asr_text>"]
-NOT_SPECIAL = {"<asr_text>"}
 
 
 def write_tokenizer(out: pathlib.Path) -> dict[str, int]:
@@ -94,17 +93,7 @@ def write_tokenizer(out: pathlib.Path) -> dict[str, int]:
     (out / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
     first = len(vocab)
     ids = {tok: first + i for i, tok in enumerate(ADDED)}
-    added = {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                      "special": t not in NOT_SPECIAL} for t, i in ids.items()}
-    config = {
-        "tokenizer_class": "Qwen2Tokenizer", "added_tokens_decoder": added, "errors": "replace",
-        "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
-        "clean_up_tokenization_spaces": False, "split_special_tokens": False, "model_max_length": 65536,
-        "audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>", "audio_eos_token": "<|audio_end|>",
-        "extra_special_tokens": {"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>",
-                                 "audio_eos_token": "<|audio_end|>"},
-    }
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    write_tokenizer_config(out, {i: tok for tok, i in ids.items()})
     return ids
 
 

@@ -70,7 +70,21 @@ def write_real_tokenizer(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     (dest / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
-    added = {str(i): {"content": KNOWN.get(i, f"<|reserved_{i}|>"), "special": i != 151704, "normalized": False,
-                      "lstrip": False, "rstrip": False, "single_word": False} for i in range(FIRST_ADDED, 151705)}
-    (dest / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": added}))
+    write_tokenizer_config(dest, {i: KNOWN.get(i, f"<|reserved_{i}|>") for i in range(FIRST_ADDED, 151705)})
     return dest
+
+
+def write_tokenizer_config(dest: Path, added: dict[int, str]) -> None:
+    """Qwen3-ASR's tokenizer_config.json for added tokens id -> content (all special but <asr_text>), with the
+    audio token names transformers 4.57's processor also needs."""
+    decoder = {str(i): {"content": content, "lstrip": False, "normalized": False, "rstrip": False,
+                        "single_word": False, "special": content != "<asr_text>"} for i, content in added.items()}
+    config = {
+        "tokenizer_class": "Qwen2Tokenizer", "added_tokens_decoder": decoder, "errors": "replace",
+        "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
+        "clean_up_tokenization_spaces": False, "split_special_tokens": False, "model_max_length": 65536,
+        "audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>", "audio_eos_token": "<|audio_end|>",
+        "extra_special_tokens": {"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>",
+                                 "audio_eos_token": "<|audio_end|>"},
+    }
+    (dest / "tokenizer_config.json").write_text(json.dumps(config, indent=2))

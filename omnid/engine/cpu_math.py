@@ -1,11 +1,11 @@
 """GELU for the encoders, fast on MLX's CPU backend as well as on Metal.
 
-MLX's CPU kernels for exp and erf are scalar loops (``mx.exp`` about 27x slower than ``np.exp`` here), while adds,
+MLX's CPU kernels for exp and erf are scalar loops, far slower than numpy's vectorised ones, while adds,
 multiplies and OpenBLAS matrix products are fast. ``gelu`` replaces erf by a rational function (adds, multiplies,
 one divide), pure MLX, on every device.
 
-(Routing the encoders' attention softmax through numpy was tried and measured faster alone, 30 s Whisper encoder
-1.37 s -> 0.76 s, but under realtime load a preview's encoder then fell behind: most likely each numpy hand-off
+(Routing the encoders' attention softmax through numpy was tried, and bench/transcribe_speed.py measured Whisper
+faster with it, but under realtime load a preview's encoder then fell behind: most likely each numpy hand-off
 waits for MLX's CPU stream, which the VAD batcher's jobs share. Not kept until that is understood.)
 """
 
@@ -15,8 +15,8 @@ import mlx.core as mx
 
 # erf as a rational function of x on [-4, 4] (odd numerator, even denominator; saturated outside, where float32
 # erf is +-1): the minimax approximation XLA and Eigen use for float32, within 1.5e-6 of erf. MLX's CPU erf is a
-# scalar loop that took half the encoder's time; these multiplies and adds are vectorised, 1.4x faster op by op.
-# (Fused by mx.compile they were 3x faster, but a kernel compiled on the engine's worker thread made the process
+# scalar loop that took much of the encoder's time; these multiplies and adds are vectorised.
+# (Fused by mx.compile they were faster still, but a kernel compiled on the engine's worker thread made the process
 # abort at exit now and then: "terminate called without an active exception", 5 runs in 44 of `omnid transcribe`.)
 _ERF_P = (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04, -5.69250639462346e-05,
           -2.10102402082508e-06, 2.77068142495902e-08, -2.72614225801306e-10)

@@ -1,11 +1,10 @@
 """The Qwen3 decoder in numpy, for MLX's CPU backend: prefill and per-token steps.
 
 A decode step is 28 layers of single-row matrix products: it reads every weight once (2.4 GB at the 0.6B size)
-and is bound by memory bandwidth. MLX's CPU backend runs a (1 x K) @ (K x N) product at about 12 GB/s on the
-machines omnid is tested on; OpenBLAS's gemv, through numpy, reads the same matrix at about 30 GB/s. In the
-prefill, matrix products run at the same speed in both (both call OpenBLAS), but MLX's CPU exp is a scalar loop:
-the softmax of an 800-position prompt took 190 ms a layer, numpy's vectorised exp a fraction of that. So on the
-CPU the decoder runs here, on zero-copy numpy views of the model's own MLX weights (no second copy in memory);
+and is bound by memory bandwidth. OpenBLAS's gemv, through numpy, reads a weight matrix much faster than MLX's
+CPU backend multiplies a single row. In the prefill, matrix products cost the same in both (both call OpenBLAS),
+but MLX's CPU exp is a scalar loop and the attention softmax of a long prompt dominated it. So on the
+CPU the decoder runs here (bench/qwen3_asr_speed.py: per token and prefill against an all-MLX port), on zero-copy numpy views of the model's own MLX weights (no second copy in memory);
 on Metal, and for quantized decoders, the MLX model runs. The arithmetic is the MLX decoder's (float32 RMSNorm,
 rotate-half RoPE, grouped-query causal attention, SwiGLU, tied head), checked against it and against the official
 goldens by the tests.
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from omnid.engine.qwen3_asr.checkpoint import TextDims
 from omnid.engine.qwen3_asr.model import Qwen3ASR
 
 # Prompt positions per prefill step: the attention scores of a step are heads x BLOCK x prompt floats (250 MB for
@@ -51,9 +51,10 @@ class NumpyDecoder:
     """``prefill`` runs the prompt's embeddings and returns the last position's logits; ``step`` feeds one token
     and returns the next position's logits. Keys and values stay in buffers sized for the prompt and ``room``."""
 
-    def __init__(self, model: Qwen3ASR, eps: float, theta: float, heads: int, kv_heads: int, head_dim: int):
+    def __init__(self, model: Qwen3ASR, dims: TextDims):
         t = model.text
-        self.eps, self.heads, self.kv_heads, self.head_dim = eps, heads, kv_heads, head_dim
+        self.eps, self.heads, self.kv_heads, self.head_dim = dims.rms_norm_eps, dims.heads, dims.kv_heads, dims.head_dim
+        theta, head_dim = dims.rope_theta, dims.head_dim
         self.layers = [
             _Layer(*(_view(w) for w in (
                 layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight,

@@ -30,6 +30,7 @@ from omnid.engine.qwen3_asr.model import KVCache, Qwen3ASR
 from omnid.engine.qwen3_asr.prompt import CODES, NAMES, parse, prompt_ids
 from omnid.engine.qwen3_asr.split import split_long_audio
 from omnid.engine.qwen3_asr.tokenizer import QwenTokenizer, tokenizer_files
+from omnid.engine.spacing import join_segments
 from omnid.engine.transcript import Segment, Transcript
 from omnid.engine.whisper.engine import TranscribeOptions
 
@@ -82,23 +83,16 @@ class Qwen3AsrEngine:
                                   f"embedding of {ckpt.text.vocab_size} rows")
         self.eos = (ids.im_end, ids.endoftext)
         self.model = Qwen3ASR(ckpt.audio, ckpt.text)
-        for module, q in ckpt.quantized.items():
-            parent, _, leaf = module.rpartition(".")
-            owner = self.model
-            for part in parent.split("."):
-                owner = owner[int(part)] if isinstance(owner, list) else getattr(owner, part)
-            layer = getattr(owner, leaf)
-            setattr(owner, leaf, nn.QuantizedEmbedding.from_embedding(layer, q.group_size, q.bits)
-                    if isinstance(layer, nn.Embedding) else nn.QuantizedLinear.from_linear(layer, q.group_size, q.bits))
+        # Exactly the modules the checkpoint packed, each at its own width (mixed-precision checkpoints exist).
+        nn.quantize(self.model, class_predicate=lambda path, _module: (
+            {"group_size": q.group_size, "bits": q.bits} if (q := ckpt.quantized.get(path)) else False))
         self.model.load_weights(list(ckpt.weights.items()), strict=True)
         mx.eval(self.model.parameters())
         # The decoder in numpy on the CPU backend (see cpu_decoder.py: twice as fast there); MLX's on Metal, and
         # for quantized decoders, which numpy cannot multiply.
         if cpu_decoder is None:
             cpu_decoder = mx.default_device() == mx.cpu and not ckpt.quantized
-        t = ckpt.text
-        self.cpu_decoder = NumpyDecoder(self.model, t.rms_norm_eps, t.rope_theta, t.heads, t.kv_heads,
-                                        t.head_dim) if cpu_decoder else None
+        self.cpu_decoder = NumpyDecoder(self.model, ckpt.text) if cpu_decoder else None
         if ckpt.head_differs:
             log.warning("tied_head_differs", model=model_id, detail="lm_head.weight is stored but differs from the "
                         "embedding; the config ties them, so the embedding is the head")
@@ -233,7 +227,7 @@ class Qwen3AsrEngine:
         segments: list[Segment] = []
         generated, finish = 0, "stop"
         if len(audio) < HOP_LENGTH:  # not one frame of audio: nothing to hear, and the model would invent words
-            return Transcript("", [], opts.language or "", duration, 0, "stop")
+            return _transcript([], opts, duration, 0, "stop")
         for start, chunk in split_long_audio(audio, self.options.max_chunk_s, self.options.split_search_s):
             check()
             seconds = len(chunk) / SAMPLE_RATE
@@ -249,10 +243,7 @@ class Qwen3AsrEngine:
                     on_segment(seg)
             if on_progress is not None:
                 on_progress(min(duration, start / SAMPLE_RATE + seconds), duration)
-        languages = [s.language for s in segments if s.language]
-        return Transcript(text=_joined([s.text for s in segments]), segments=segments,
-                          language=opts.language or (languages[0] if languages else ""),
-                          duration=duration, generated_tokens=generated, finish_reason=finish)
+        return _transcript(segments, opts, duration, generated, finish)
 
     def transcribe_clips(self, audio: np.ndarray, clips: list[tuple[int, int]],
                          opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
@@ -270,10 +261,7 @@ class Qwen3AsrEngine:
                     on_segment(seg)
             generated += part.generated_tokens
             finish = part.finish_reason if part.finish_reason != "stop" else finish
-        languages = [s.language for s in segments if s.language]
-        return Transcript(text=_joined([s.text for s in segments]), segments=segments,
-                          language=opts.language or (languages[0] if languages else ""),
-                          duration=len(audio) / SAMPLE_RATE, generated_tokens=generated, finish_reason=finish)
+        return _transcript(segments, opts, len(audio) / SAMPLE_RATE, generated, finish)
 
     def _decode(self, audio: np.ndarray, opts: TranscribeOptions, check: Check, prefix: str = "",
                 language: str | None = None) -> tuple[Generation, str | None, str]:
@@ -283,7 +271,7 @@ class Qwen3AsrEngine:
         gen = self.generate(ids, features, self._budget(len(audio), opts), check)
         raw = prefix + self.tokenizer.decode(gen.tokens)
         answer = parse(raw, language)
-        return gen, answer.language if not language else language, answer.text
+        return gen, answer.language, answer.text
 
     def _budget(self, samples: int, opts: TranscribeOptions) -> int:
         budget = max(self.options.min_new_tokens, math.ceil(self.options.tokens_per_second * samples / SAMPLE_RATE))
@@ -343,9 +331,17 @@ class Qwen3AsrEngine:
         gen = self.generate(ids, features, budget, check)
         new_raw = prefix + self.tokenizer.decode(gen.tokens)
         answer = parse(new_raw, language)
-        detected = language or answer.language
-        return Hypothesis(text=answer.text, raw=new_raw, decodes=decodes + 1, language=detected,
+        return Hypothesis(text=answer.text, raw=new_raw, decodes=decodes + 1, language=answer.language,
                           raw_language=language, tokens=tuple(self.tokenizer.encode(prefix)) + tuple(gen.tokens))
+
+
+def _transcript(segments: list[Segment], opts: TranscribeOptions, duration: float, generated: int,
+                finish: str) -> Transcript:
+    """The chunks' texts joined; the language forced, else the first one detected ("" when none was)."""
+    detected = [s.language for s in segments if s.language]
+    return Transcript(text=join_segments([s.text for s in segments]), segments=segments,
+                      language=opts.language or (detected[0] if detected else ""), duration=duration,
+                      generated_tokens=generated, finish_reason=finish)
 
 
 def _normalized(audio: np.ndarray) -> np.ndarray:
@@ -358,18 +354,3 @@ def _normalized(audio: np.ndarray) -> np.ndarray:
 def _compression_ratio(text: str) -> float:
     data = text.encode()
     return len(data) / len(zlib.compress(data)) if data else 0.0
-
-
-def _cjk(ch: str) -> bool:
-    return "\u3000" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af" or "\uff00" <= ch <= "\uffef"
-
-
-def _joined(texts: list[str]) -> str:
-    """Chunk texts joined as the official package joins them (with nothing), but with a space between two words
-    of a spaced script, which the official join runs together."""
-    out = ""
-    for text in texts:
-        if out and text and not out[-1].isspace() and not text[0].isspace() and not (_cjk(out[-1]) or _cjk(text[0])):
-            out += " "
-        out += text
-    return out
