@@ -4,7 +4,8 @@ A decode step is 28 layers of single-row matrix products: it reads every weight 
 and is bound by memory bandwidth. OpenBLAS's gemv, through numpy, reads a weight matrix much faster than MLX's
 CPU backend multiplies a single row. In the prefill, matrix products cost the same in both (both call OpenBLAS),
 but MLX's CPU exp is a scalar loop and the attention softmax of a long prompt dominated it. So on the
-CPU the decoder runs here (bench/qwen3_asr_speed.py: per token and prefill against an all-MLX port), on zero-copy numpy views of the model's own MLX weights (no second copy in memory);
+CPU the decoder runs here (bench/qwen3_asr_speed.py: per token and prefill against an all-MLX port), on
+zero-copy numpy views of the model's own MLX weights (no second copy in memory);
 on Metal, and for quantized decoders, the MLX model runs. The arithmetic is the MLX decoder's (float32 RMSNorm,
 rotate-half RoPE, grouped-query causal attention, SwiGLU, tied head), checked against it and against the official
 goldens by the tests.
