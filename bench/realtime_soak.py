@@ -60,14 +60,17 @@ def load_clips(limit: int) -> list[np.ndarray]:
 
 
 class Daemon:
-    def __init__(self, extra: list[str]):
+    """`omnid serve --supervised` from ``tree`` (this checkout, or another revision's worktree)."""
+
+    def __init__(self, extra: list[str], tree: Path = ROOT):
         cmd = [sys.executable, "-m", "omnid", "serve", "--supervised", "--port", "0", *extra]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, cwd=ROOT)
+                                     text=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
         ready = json.loads(self.proc.stdout.readline())
         if ready.get("event") != "ready":
             raise SystemExit(f"daemon failed: {ready}")
         self.port, self.pid = ready["port"], ready["server_pid"]
+        self.url = f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         try:

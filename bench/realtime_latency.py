@@ -1,0 +1,311 @@
+"""Realtime latency on /v1/realtime as a dictation user meets it (not part of the unit suite).
+
+For each daemon compared (this checkout, and with ``--baseline REV`` the same bench against a git revision checked
+out into a temporary worktree, started the same way, one after the other in this run):
+  1. offline: each clip sent to ``/v1/audio/transcriptions`` on the idle daemon; its wall time and text;
+  2. one session at a time, both dialects (OpenAI at 24 kHz, Voxt at 16 kHz), server VAD with 500 ms of silence:
+     each clip streamed at real-time pace in 100 ms appends, then silence at real-time pace until its finals are in;
+  3. ``--sessions`` sessions at once (half in each dialect), each speaking about half the time: random clips,
+     each followed by as much silence as it lasted, for ``--minutes`` of audio each.
+Printed per daemon and dialect: final latency (the clip's last sample sent -> its last final) p50/p95, first
+partial (first audio sent -> first Voxt preview / OpenAI delta) p50/p95, the offline time of the same clips and
+the ratio of final latency to it, finals lost (a clip without one) or failed, and how often the realtime text
+equals the offline text (and the word error rate between them).
+
+    .venv/bin/python bench/realtime_latency.py --baseline e843274          # ~20 min
+    .venv/bin/python bench/realtime_latency.py --clips 4 --sessions 4 --minutes 1   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import wave
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import soxr
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from omnid.cli.listen import pcm16  # noqa: E402  (the same PCM16 encoding as omnid's own client)
+from omnid.evaluation.scoring import edit_distance, tokens  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from realtime_soak import Daemon  # noqa: E402  (started the same way)
+
+CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
+STEP_S = 0.1  # one append per 100 ms of audio
+RATES = {"openai": 24000, "voxt": 16000}
+SILENCE_MS = 500
+
+
+@dataclass
+class Clip:
+    name: str
+    audio: np.ndarray  # 16 kHz
+    offline_s: float = 0.0
+    offline_text: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return len(self.audio) / 16000
+
+
+@dataclass
+class Utterance:
+    clip: Clip
+    dialect: str
+    first_partial_s: float | None = None
+    final_latency_s: float | None = None
+    text: str = ""
+    failed: int = 0
+    errors: list[dict] = field(default_factory=list)
+
+
+def load_clips(limit: int, lo: float, hi: float) -> list[Clip]:
+    from omnid.audio import decode_audio
+
+    manifest = [json.loads(line) for line in (CORPUS / "manifest.jsonl").read_text().splitlines()]
+    english = [m for m in manifest if m["language"] == "en" and lo <= m["duration_s"] <= hi]
+    random.Random(0).shuffle(english)
+    return [Clip(m["id"], decode_audio(CORPUS / m["path"])) for m in english[:limit]]
+
+
+def wav_bytes(audio: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    return out.getvalue()
+
+
+async def offline(http: aiohttp.ClientSession, url: str, clip: Clip) -> None:
+    form = aiohttp.FormData()
+    form.add_field("file", wav_bytes(clip.audio), filename=f"{clip.name}.wav", content_type="audio/wav")
+    form.add_field("model", "tiny.en")
+    form.add_field("language", "en")
+    started = time.monotonic()
+    async with http.post(url + "/v1/audio/transcriptions", data=form) as resp:
+        body = await resp.json()
+    clip.offline_s = time.monotonic() - started
+    clip.offline_text = body["text"]
+
+
+async def speak(http: aiohttp.ClientSession, url: str, clip: Clip, dialect: str, lead_s: float = 0.0,
+                tail_s: float = 1.5) -> Utterance:
+    """One connection: ``lead_s`` of silence, the clip, then silence at real-time pace until its finals are in
+    (at least ``tail_s``); all at real-time pace."""
+    rate = RATES[dialect]
+    audio = soxr.resample(clip.audio, 16000, rate).astype(np.float32) if rate != 16000 else clip.audio
+    lead = np.zeros(int(lead_s * rate), np.float32)
+    step = int(STEP_S * rate)
+    out = Utterance(clip, dialect)
+    texts: dict[str, str] = {}
+    state = {"committed": 0, "completed": 0, "last_final": 0.0, "done": asyncio.Event()}
+    ws_url = url.replace("http", "ws") + f"/v1/realtime?protocol={dialect}"
+    async with http.ws_connect(ws_url, max_msg_size=0) as ws:
+        turns = {"type": "server_vad", "silence_duration_ms": SILENCE_MS}
+        if dialect == "openai":
+            await ws.send_str(json.dumps({"type": "transcription_session.update", "session": {
+                "input_audio_transcription": {"model": "tiny.en", "language": "en"}, "turn_detection": turns}}))
+        else:
+            await ws.send_str(json.dumps({"type": "session.update", "session": {
+                "language": "en", "turn_detection": turns}}))
+        first_sent: list[float] = []
+
+        async def read() -> None:
+            async for msg in ws:
+                event = json.loads(msg.data)
+                kind, now = event["type"], time.monotonic()
+                if kind == "error" or kind.endswith("failed"):
+                    out.errors.append(event)
+                    out.failed += kind.endswith("failed") or event.get("error", {}).get("code") == "transcription_failed"
+                if kind == "input_audio_buffer.committed":
+                    state["committed"] += 1
+                elif kind.endswith("input_audio_transcription.delta") and event["delta"]:
+                    if out.first_partial_s is None and first_sent:
+                        out.first_partial_s = now - first_sent[0]
+                elif kind.endswith("input_audio_transcription.completed") or kind.endswith("transcription.failed"):
+                    state["completed"] += 1
+                    state["last_final"] = now
+                    texts[event["item_id"]] = event.get("transcript", "")
+                elif kind == "transcription.segment":
+                    if not event["is_final"] and event["text"] and out.first_partial_s is None and first_sent:
+                        out.first_partial_s = now - first_sent[0]
+                    if event["is_final"]:
+                        state["last_final"] = now
+                        texts[str(event["segment_id"])] = event["text"]
+                elif kind == "transcription.completed":
+                    state["done"].set()
+                elif kind == "transcription_session.updated" and state.get("barrier"):
+                    state["barrier_done"] = True
+
+        reader = asyncio.ensure_future(read())
+        try:
+            start = time.monotonic()
+            sent = 0
+            for block in (lead, audio):
+                for i in range(0, len(block), step):
+                    await asyncio.sleep(max(0.0, start + sent / rate - time.monotonic()))
+                    if block is audio and not first_sent:
+                        first_sent.append(time.monotonic())
+                    await ws.send_str(json.dumps({"type": "input_audio_buffer.append",
+                                                  "audio": pcm16(block[i : i + step])}))
+                    sent += len(block[i : i + step])
+            clip_end = time.monotonic()
+            silence = np.zeros(step, np.float32)
+            while True:
+                if time.monotonic() - clip_end >= tail_s:
+                    if await _settled(ws, dialect, state):
+                        break
+                await asyncio.sleep(max(0.0, start + sent / rate - time.monotonic()))
+                await ws.send_str(json.dumps({"type": "input_audio_buffer.append", "audio": pcm16(silence)}))
+                sent += step
+                if time.monotonic() - clip_end > 120:
+                    out.errors.append({"type": "bench_timeout"})
+                    break
+        finally:
+            reader.cancel()
+    if state["last_final"] > clip_end:
+        out.final_latency_s = state["last_final"] - clip_end
+    out.text = " ".join(t for t in texts.values() if t).strip()
+    return out
+
+
+async def _settled(ws, dialect: str, state: dict) -> bool:
+    """Every turn the audio made so far has its final (OpenAI: a session update is the barrier behind the appends;
+    Voxt: transcription.done commits what is open and answers with the joined text)."""
+    if dialect == "voxt":
+        await ws.send_str(json.dumps({"type": "transcription.done"}))
+        await asyncio.wait_for(state["done"].wait(), 120)
+        return True
+    state["barrier"], state["barrier_done"] = True, False
+    await ws.send_str(json.dumps({"type": "transcription_session.update", "session": {}}))
+    deadline = time.monotonic() + 5
+    while not state["barrier_done"] and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return state["completed"] >= state["committed"] > 0
+
+
+async def single(url: str, clips: list[Clip]) -> list[Utterance]:
+    out = []
+    async with aiohttp.ClientSession() as http:
+        for clip in clips:
+            await offline(http, url, clip)
+        for dialect in ("openai", "voxt"):
+            for clip in clips:
+                out.append(await speak(http, url, clip, dialect, lead_s=0.5))
+    return out
+
+
+async def concurrent(url: str, clips: list[Clip], sessions: int, minutes: float) -> list[Utterance]:
+    out: list[Utterance] = []
+
+    async def voice(i: int, http: aiohttp.ClientSession) -> None:
+        rng = random.Random(100 + i)
+        dialect = ("openai", "voxt")[i % 2]
+        spoken = 0.0
+        lead = rng.uniform(0, 5)
+        while spoken < minutes * 60:
+            clip = clips[rng.randrange(len(clips))]
+            u = await speak(http, url, clip, dialect, lead_s=lead, tail_s=clip.seconds)
+            out.append(u)
+            spoken += lead + clip.seconds * 2
+            lead = 0.5
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        await asyncio.gather(*(voice(i, http) for i in range(sessions)))
+    return out
+
+
+def pct(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    q = np.percentile(values, [50, 95])
+    return f"{q[0]:.2f} / {q[1]:.2f}"
+
+
+def report(label: str, utterances: list[Utterance]) -> dict:
+    rows = {}
+    for dialect in ("openai", "voxt"):
+        us = [u for u in utterances if u.dialect == dialect]
+        if not us:
+            continue
+        lat = [u.final_latency_s for u in us if u.final_latency_s is not None]
+        first = [u.first_partial_s for u in us if u.first_partial_s is not None]
+        off = [u.clip.offline_s for u in us]
+        ratio = [u.final_latency_s / u.clip.offline_s for u in us if u.final_latency_s is not None]
+        same = sum(u.text == u.clip.offline_text for u in us)
+        errs = sum(edit_distance(tokens(u.clip.offline_text, "en"), tokens(u.text, "en")) for u in us)
+        words = sum(len(tokens(u.clip.offline_text, "en")) for u in us)
+        lost = sum(u.final_latency_s is None for u in us)
+        failed = sum(u.failed for u in us)
+        rows[dialect] = {"lat": lat, "first": first}
+        print(f"| {label} | {dialect} | {len(us)} | {pct(lat)} | {pct(first)} | {np.median(off):.2f} | "
+              f"{pct(ratio)} | {lost} / {failed} | {same}/{len(us)} ({100 * errs / max(words, 1):.1f}%) |",
+              flush=True)
+    return rows
+
+
+HEADER = ("| daemon, phase | dialect | clips | final latency p50 / p95 s | first partial p50 / p95 s | "
+          "offline median s | latency / offline p50 / p95 | lost / failed | same text as offline (WER) |\n"
+          "|---|---|---|---|---|---|---|---|---|")
+
+
+def bench(name: str, cwd: Path, clips: list[Clip], args) -> None:
+    daemon = Daemon(args.serve_args, cwd)
+    try:
+        one = asyncio.run(single(daemon.url, clips))
+        report(f"{name}, 1 session", one)
+        if args.sessions:
+            many = asyncio.run(concurrent(daemon.url, clips, args.sessions, args.minutes))
+            report(f"{name}, {args.sessions} sessions", many)
+    finally:
+        daemon.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clips", type=int, default=10, help="English corpus clips of 4-14 s")
+    ap.add_argument("--sessions", type=int, default=16, help="concurrent sessions in phase 3 (0: skip it)")
+    ap.add_argument("--minutes", type=float, default=2.0, help="audio each concurrent session sends")
+    ap.add_argument("--baseline", metavar="REV", help="also run the daemon of this git revision (first)")
+    ap.add_argument("--only-baseline", action="store_true", help="run only the baseline daemon")
+    ap.add_argument("serve_args", nargs="*", help="extra arguments for omnid serve (after --)")
+    args = ap.parse_args()
+
+    clips = load_clips(args.clips, 4.0, 14.0)
+    print(f"{len(clips)} clips, {sum(c.seconds for c in clips):.0f} s of speech; server VAD, {SILENCE_MS} ms "
+          f"silence; appends of {STEP_S * 1000:.0f} ms at real-time pace\n\n{HEADER}", flush=True)
+    if args.baseline:
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = Path(tmp) / "baseline"
+            subprocess.run(["git", "worktree", "add", "--detach", str(tree), args.baseline], cwd=ROOT, check=True,
+                           capture_output=True)
+            try:
+                bench(f"{args.baseline}", tree, clips, args)
+            finally:
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+    if not args.only_baseline:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "omnid"], cwd=ROOT, capture_output=True,
+                               text=True).stdout.strip()
+        bench(f"{head}{'+' if dirty else ''}", ROOT, clips, args)
+
+
+if __name__ == "__main__":
+    main()
