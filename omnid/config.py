@@ -79,6 +79,9 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
     stable_after_s: float = 1.5
     # Window mode of previews ("content" is several times cheaper on a CPU); finals use transcription.window.
     preview_window: Literal["full", "content"] = "content"
+    # Server VAD: after this much silence the turn's final is decoded at once, before the turn is over; speech
+    # resuming cancels it. At or above the turn's silence_duration_ms it changes nothing.
+    speculate_after_ms: int = 200
     # Speech probability that opens a segment to decoding when turns are manual (server VAD has its own).
     vad_threshold: float = 0.5
     # Events waiting to be written to a slow client; beyond it the session ends.
@@ -311,6 +314,8 @@ def _check_realtime(r: RealtimeConfig) -> None:
         raise ConfigError("realtime.preview_interval_s must be positive and first_preview_s not negative")
     if not 0 < r.vad_threshold < 1:
         raise ConfigError("realtime.vad_threshold must be in (0, 1)")
+    if r.speculate_after_ms < 0:
+        raise ConfigError("realtime.speculate_after_ms must not be negative")
     if r.max_pending_events < 16:
         raise ConfigError("realtime.max_pending_events must be at least 16")
     if r.max_pending_bytes < 65536:

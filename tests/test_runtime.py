@@ -154,3 +154,60 @@ async def test_realtime_finals_have_a_reserve_past_the_queue_cap():
     engine.release.set()
     assert await asyncio.gather(first, final, preview) == [True, "final", "preview"]
     runtime.close()
+
+
+async def traced_runtime() -> tuple[EngineRuntime, list[tuple[str, str]]]:
+    runtime = EngineRuntime("blocker", Blocker, 4)
+    timeline: list[tuple[str, str]] = []
+    runtime.trace = lambda event, priority, seq: timeline.append((event, priority.name))
+    runtime.start()
+    await runtime.wait_loaded()
+    return runtime, timeline
+
+
+async def test_a_running_preview_yields_to_a_final_at_its_next_check():
+    """Told through the runtime's trace: between the final being queued and the preview stopping, the preview
+    passes at most one check; the final is the next job to start, and runs to its end."""
+    runtime, timeline = await traced_runtime()
+    running = threading.Event()
+
+    def preview(check):
+        for _ in range(100_000):
+            timeline.append(("check", "PREVIEW"))
+            check()
+            running.set()
+            time.sleep(0.001)
+        return "preview ran to its end"
+
+    previewing = asyncio.ensure_future(runtime.submit(preview, Priority.PREVIEW))
+    await asyncio.get_running_loop().run_in_executor(None, running.wait, 10)
+    assert await runtime.submit(lambda check: "final", Priority.FINAL) == "final"
+    with pytest.raises(JobCancelledError):
+        await previewing
+    runtime.close()
+    queued = timeline.index(("queued", "FINAL"))
+    stopped = timeline.index(("preempted", "PREVIEW"))
+    assert queued < stopped
+    assert timeline[queued:stopped].count(("check", "PREVIEW")) <= 1
+    after = [e for e in timeline[stopped:] if e[0] != "check"]
+    assert after[:4] == [("preempted", "PREVIEW"), ("cancelled", "PREVIEW"), ("started", "FINAL"), ("finished", "FINAL")]
+
+
+async def test_file_jobs_are_not_preempted_by_finals():
+    runtime, events = await traced_runtime()
+    running = threading.Event()
+
+    def file_job(check):
+        running.set()
+        for _ in range(50):
+            check()
+            time.sleep(0.002)
+        return "file"
+
+    job = asyncio.ensure_future(runtime.submit(file_job, Priority.FILE))
+    await asyncio.get_running_loop().run_in_executor(None, running.wait, 10)
+    assert await runtime.submit(lambda check: "final", Priority.FINAL) == "final"
+    assert await job == "file"
+    runtime.close()
+    assert [e for e in events if e[0] in ("started", "finished")] == [
+        ("started", "FILE"), ("finished", "FILE"), ("started", "FINAL"), ("finished", "FINAL")]

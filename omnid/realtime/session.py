@@ -7,6 +7,10 @@ grows with its length. It knows audio, VAD and an engine handle, never the socke
 Scheduling: a final per closed segment, in order, at FINAL priority; at most one preview in flight, at PREVIEW
 priority, started only when enough new audio has come; a preview is cancelled when its segment closes, and one
 that cannot be queued is skipped, so a machine that falls behind thins previews and never loses a final.
+
+With server VAD the final starts before the turn is over: once speech has paused for ``speculate_after_ms`` the
+segment so far is decoded at FINAL priority (a speculation); speech resuming cancels it, the turn ending makes
+its result the final. While one is pending no preview starts, so the text it continues cannot grow under it.
 """
 
 from __future__ import annotations
@@ -73,6 +77,15 @@ class FinalJob:
     audio: np.ndarray
     prefix: str  # text already sent as deltas: the final continues it
     closed_at: float  # monotonic time the segment ended (latency is measured from here)
+    decode: asyncio.Future[str] | None = None  # started before the segment closed (a speculation)
+
+
+@dataclass
+class Speculation:
+    """The open segment's final, decoding since its speech paused."""
+
+    job: FinalJob
+    end: int  # absolute 16 kHz sample where its audio ends
 
 
 class Session:
@@ -111,6 +124,8 @@ class Session:
         self._finals_idle = asyncio.Event()
         self._finals_idle.set()
         self._preview: asyncio.Task | None = None
+        self._speculation: Speculation | None = None
+        self.speculations = 0  # started, for the session's counters
         self.prompt_tokens: tuple[int, ...] = ()  # of settings.prompt, for the settings' model
 
     # --- settings ---------------------------------------------------------------------------------------
@@ -190,6 +205,33 @@ class Session:
         seg = self.segment
         if seg is not None and seg.speech_at is None and p >= self.threshold and (k + 1) * WINDOW > seg.start:
             seg.speech_at = max(seg.start, k * WINDOW)
+        self._speculate((k + 1) * WINDOW)
+
+    def _speculate(self, now: int) -> None:
+        """Starts the open segment's final once speech has paused long enough; cancels it when speech resumes."""
+        spec, seg, turns = self._speculation, self.segment, self.turns
+        paused = turns is not None and turns.in_speech and turns.silence_from is not None
+        if spec is not None and (not paused or spec.job.segment is not seg):
+            self._drop_speculation()
+            log.info("speculation_cancelled", segment=spec.job.segment.index)
+            spec = None
+        if spec is not None or not paused or seg is None or seg.speech_at is None:
+            return
+        assert turns is not None and turns.silence_from is not None
+        end = min(now, self.buffer.end)
+        if now - turns.silence_from < self.config.speculate_after_ms * SAMPLE_RATE // 1000 or end <= seg.speech_at:
+            return
+        self._cancel_preview()
+        job = self._final_job(seg, self.buffer.view(seg.start, end).copy())
+        job.decode = asyncio.ensure_future(self._transcribe_final(job))
+        job.decode.add_done_callback(_retrieved)  # a dropped speculation's failure is nobody's to report
+        self._speculation = Speculation(job, end)
+        self.speculations += 1
+
+    def _drop_speculation(self) -> None:
+        spec, self._speculation = self._speculation, None
+        if spec is not None and spec.job.decode is not None and not spec.job.decode.done():
+            spec.job.decode.cancel()
 
     def _speech_started(self, sample: int) -> None:
         seg = self.segment or self._open(max(sample, self.buffer.start, self.uncommitted_from))
@@ -263,6 +305,7 @@ class Session:
 
     def clear(self) -> None:
         self._cancel_preview()
+        self._drop_speculation()
         self.segment = None
         self.buffer.consume(self.buffer.end)
         self.uncommitted_from = self.buffer.end
@@ -274,6 +317,11 @@ class Session:
         seg = self.segment
         assert seg is not None
         self._cancel_preview()
+        spec = self._speculation
+        if spec is not None and (spec.job.segment is not seg or end < spec.end):
+            self._drop_speculation()  # cut inside the speculated audio: decoded again at the cut
+            spec = None
+        self._speculation = None
         self.segment = None
         audio = self.buffer.view(seg.start, end).copy()
         self.buffer.consume(end)
@@ -282,20 +330,29 @@ class Session:
         self.last_item_id = seg.item_id
         if seg.speech_at is None or seg.speech_at >= end:
             audio = audio[:0]  # no speech: it finalises to empty text without the model
-        prefix = seg.agreement.text() if self.rules.append_only else ""
-        self._finals.append(FinalJob(seg, audio, prefix, time.monotonic()))
-        self._final_samples += len(audio)
+        # A speculation holds the turn up to where its speech paused; what came after is silence to VAD.
+        job = spec.job if spec is not None else self._final_job(seg, audio)
+        job.closed_at = time.monotonic()
+        self._finals.append(job)
+        self._final_samples += len(job.audio)
         self._finals_idle.clear()
         if self._final_task is None or self._final_task.done():
             self._final_task = asyncio.ensure_future(self._run_finals())
 
     # --- finals -----------------------------------------------------------------------------------------
 
+    def _final_job(self, seg: Segment, audio: np.ndarray) -> FinalJob:
+        prefix = seg.agreement.text() if self.rules.append_only else ""
+        return FinalJob(seg, audio, prefix, time.monotonic())
+
     async def _run_finals(self) -> None:
         while self._finals:
             job = self._finals[0]
             try:
-                text = await self._transcribe_final(job) if len(job.audio) else ""
+                if job.decode is not None:
+                    text = await job.decode
+                else:
+                    text = await self._transcribe_final(job) if len(job.audio) else ""
             except (asyncio.CancelledError, JobCancelledError):
                 return
             except Exception as exc:  # noqa: BLE001  (any engine failure drops the segment, never commits it empty)
@@ -340,6 +397,8 @@ class Session:
         seg = self.segment
         if seg is None or seg.speech_at is None or (self._preview is not None and not self._preview.done()):
             return
+        if self._speculation is not None:
+            return  # the final is decoding: its prefix must not grow, and its result supersedes any preview
         end = self.buffer.end
         if seg.previewed_to is None:
             due = end - seg.speech_at >= self.config.first_preview_s * SAMPLE_RATE
@@ -385,10 +444,19 @@ class Session:
     def close(self) -> None:
         """The socket is gone: queued and running jobs are cancelled now."""
         self._cancel_preview()
+        self._drop_speculation()
         if self._final_task is not None and not self._final_task.done():
             self._final_task.cancel()
+        for job in self._finals:
+            if job.decode is not None:
+                job.decode.cancel()
         self._finals.clear()
         self._final_samples = 0
+
+
+def _retrieved(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _ms(sample: int) -> int:

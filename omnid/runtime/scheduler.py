@@ -2,8 +2,10 @@
 
 asyncio code submits jobs (plain callables taking a ``check`` function) and awaits them. Jobs wait in a
 priority queue (realtime finals before previews before file jobs, first come first served within a class),
-capped in length; a cancelled job is dropped while queued and stopped at its next ``check`` while running. When
-the queue drains, the MLX buffer cache is released so an idle daemon holds only its weights.
+capped in length; a cancelled job is dropped while queued and stopped at its next ``check`` while running. A
+running preview yields to a queued final at its next ``check`` (it is cancelled: a preview is cheap and the next
+one is fresher), so a final never waits for more than one check interval of preview work. When the queue drains,
+the MLX buffer cache is released so an idle daemon holds only its weights.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ class _Job:
             raise JobCancelledError("job cancelled")
 
 
+class Preempted(JobCancelledError):
+    """A preview stopped so that a final queued behind it runs now."""
+
+
 def clear_mlx_cache() -> None:
     clear = getattr(mx, "clear_cache", None) or mx.metal.clear_cache
     clear()
@@ -82,6 +88,9 @@ class EngineRuntime(Generic[E]):
         # Told of every job that ran to completion: (engine name, queue wait s, run s, audio s or None).
         # Called on the worker thread.
         self.observer: Callable[[str, float, float, float | None], None] | None = None
+        # Told of each job's life, in order: (event, priority, job number) with event one of "queued", "started",
+        # "finished", "cancelled", "preempted". Called with the queue's lock held; for tests and tracing.
+        self.trace: Callable[[str, Priority, int], None] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
@@ -142,6 +151,7 @@ class EngineRuntime(Generic[E]):
                 raise QueueFullError(f"engine {self.name} queue is full ({self.max_queue} jobs)")
             heapq.heappush(self._heap, job)
             self._queued += 1
+            self._trace("queued", job)
             self._cv.notify()
         try:
             return await asyncio.shield(job.future)
@@ -184,11 +194,14 @@ class EngineRuntime(Generic[E]):
                 self._queued -= 1
                 self._running += 1
                 self._current = job
+                self._trace("started", job)
             outcome = self._run(job)
             with self._cv:
                 self._current = None
                 self._running -= 1
                 idle = not self._heap
+                self._trace("cancelled" if outcome is None or isinstance(outcome[1], JobCancelledError)
+                            else "finished", job)
             # The count drops before the caller hears back, so an answered request is never seen as running.
             if outcome is not None:
                 _post(job, *outcome)
@@ -200,16 +213,31 @@ class EngineRuntime(Generic[E]):
             return None
         started = time.monotonic()
         try:
-            result = job.fn(job.check)
+            result = job.fn(lambda: self._check(job))
             if self.observer is not None:
                 self.observer(self.name, started - job.enqueued, time.monotonic() - started, job.audio_s)
             return result, None
         except JobCancelledError as exc:
-            log.info("job_cancelled", engine=self.name, ran_s=round(time.monotonic() - started, 3))
+            event = "job_preempted" if isinstance(exc, Preempted) else "job_cancelled"
+            log.info(event, engine=self.name, ran_s=round(time.monotonic() - started, 3))
             return None, exc
         except Exception as exc:  # the job's own failure belongs to its caller
             log.exception("job_failed", engine=self.name)
             return None, exc
+
+
+    def _check(self, job: _Job) -> None:
+        job.check()
+        if job.priority == Priority.PREVIEW and self._heap and self._heap[0].priority == Priority.FINAL:
+            with self._cv:
+                if self._heap and self._heap[0].priority == Priority.FINAL:
+                    job.cancelled.set()
+                    self._trace("preempted", job)
+                    raise Preempted("a final is waiting")
+
+    def _trace(self, event: str, job: _Job) -> None:
+        if self.trace is not None:
+            self.trace(event, Priority(job.priority), job.seq)
 
 
 def _post(job: _Job, result: Any, error: BaseException | None) -> None:

@@ -55,15 +55,15 @@ async def redecode(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions,
 
 
 async def final(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions, sent: str) -> str:
-    """A closed segment's authoritative text, at final priority: the same decode as a file transcription; when
-    it would not continue the text already sent as append-only deltas, decoded again continuing that text."""
+    """A closed segment's authoritative text, at final priority: the same decode as a file transcription, or, when
+    append-only deltas were already sent, one decode forced to continue their text (decoding freely first and
+    again only when that diverged cost two decodes whenever it did)."""
     engine = runtime.engine
 
     def job(check) -> str:
-        text = engine.transcribe(audio, opts, check).text
-        if sent and not text.startswith(sent):
-            text = engine.preview(audio, opts, sent, check)
-        return text
+        if sent.strip():
+            return engine.preview(audio, opts, sent, check)
+        return engine.transcribe(audio, opts, check).text
 
     return await runtime.submit(job, Priority.FINAL, audio_s=len(audio) / SAMPLE_RATE)
 
