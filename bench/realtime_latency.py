@@ -179,8 +179,9 @@ async def speak(http: aiohttp.ClientSession, url: str, clip: Clip, dialect: str,
                     break
         finally:
             reader.cancel()
-    if state["last_final"] > clip_end:
-        out.final_latency_s = state["last_final"] - clip_end
+    if state["last_final"]:
+        # A final may come before the clip's last sample when the recording ends in silence: no wait at all.
+        out.final_latency_s = max(0.0, state["last_final"] - clip_end)
     out.text = " ".join(t for t in texts.values() if t).strip()
     return out
 
@@ -238,7 +239,7 @@ def pct(values: list[float]) -> str:
     return f"{q[0]:.2f} / {q[1]:.2f}"
 
 
-def report(label: str, utterances: list[Utterance]) -> dict:
+def report(label: str, utterances: list[Utterance], show: bool = False) -> dict:
     rows = {}
     for dialect in ("openai", "voxt"):
         us = [u for u in utterances if u.dialect == dialect]
@@ -254,6 +255,10 @@ def report(label: str, utterances: list[Utterance]) -> dict:
         lost = sum(u.final_latency_s is None for u in us)
         failed = sum(u.failed for u in us)
         rows[dialect] = {"lat": lat, "first": first}
+        if show:
+            for u in us:
+                if u.text != u.clip.offline_text:
+                    print(f"    {u.clip.name}\n      offline:  {u.clip.offline_text}\n      realtime: {u.text}")
         print(f"| {label} | {dialect} | {len(us)} | {pct(lat)} | {pct(first)} | {np.median(off):.2f} | "
               f"{pct(ratio)} | {lost} / {failed} | {same}/{len(us)} ({100 * errs / max(words, 1):.1f}%) |",
               flush=True)
@@ -269,10 +274,10 @@ def bench(name: str, cwd: Path, clips: list[Clip], args) -> None:
     daemon = Daemon(args.serve_args, cwd)
     try:
         one = asyncio.run(single(daemon.url, clips))
-        report(f"{name}, 1 session", one)
+        report(f"{name}, 1 session", one, args.show)
         if args.sessions:
             many = asyncio.run(concurrent(daemon.url, clips, args.sessions, args.minutes))
-            report(f"{name}, {args.sessions} sessions", many)
+            report(f"{name}, {args.sessions} sessions", many, args.show)
     finally:
         daemon.stop()
 
@@ -284,6 +289,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=2.0, help="audio each concurrent session sends")
     ap.add_argument("--baseline", metavar="REV", help="also run the daemon of this git revision (first)")
     ap.add_argument("--only-baseline", action="store_true", help="run only the baseline daemon")
+    ap.add_argument("--show", action="store_true", help="print the texts that differ from offline")
     ap.add_argument("serve_args", nargs="*", help="extra arguments for omnid serve (after --)")
     args = ap.parse_args()
 

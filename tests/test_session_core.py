@@ -66,10 +66,11 @@ def session(rules: de.TurnRules, runtime: EngineRuntime, vad: VadBatcher, turns:
     return s, events
 
 
-async def feed(s: Session, audio: np.ndarray, step: int = 1600) -> None:
+async def feed(s: Session, audio: np.ndarray, step: int = 1600, pace: float = 0.0) -> None:
+    """Appends ``step`` samples at a time, as fast as the session takes them, or every ``pace`` seconds."""
     for i in range(0, len(audio), step):
         await s.append(audio[i : i + step])
-        await asyncio.sleep(0)
+        await asyncio.sleep(pace)
 
 
 async def test_manual_turn_with_a_stand_in_engine_finalises_exactly_the_committed_audio(vad, stand_in):
@@ -131,7 +132,7 @@ async def test_server_vad_turns_with_the_real_engine(vad, tiny):
 async def test_a_manual_final_with_the_real_engine_is_the_offline_transcript(vad, tiny):
     audio = clip_audio(CLIP)
     s, events = session(voxt.RULES, tiny, vad)
-    await feed(s, audio)
+    await feed(s, audio, pace=0.1)  # real time: previews come while it is spoken
     assert await s.commit()
     text = await s.drain()
     assert text == tiny.engine.transcribe(audio, TranscribeOptions()).text

@@ -1,17 +1,19 @@
-"""GELU for the encoders, fast on MLX's CPU backend as well as on Metal.
+"""Activations and attention for the encoders, fast on MLX's CPU backend as well as on Metal.
 
-MLX's CPU kernels for exp and erf are scalar loops, far slower than numpy's vectorised ones, while adds,
-multiplies and OpenBLAS matrix products are fast. ``gelu`` replaces erf by a rational function (adds, multiplies,
-one divide), pure MLX, on every device.
+MLX's CPU kernels for exp and erf are scalar loops (``mx.exp`` about 27x slower than ``np.exp`` here), while adds,
+multiplies and OpenBLAS matrix products are fast, so an encoder's attention softmax and GELU were most of its time
+on a CPU. ``gelu`` replaces erf by a rational function (adds, multiplies, one divide), pure MLX, on every device.
+``attention`` keeps both products in MLX (its OpenBLAS) and only the exp in numpy, on the CPU device; Metal keeps
+MLX's fused kernel.
 
-(Routing the encoders' attention softmax through numpy was tried, and bench/transcribe_speed.py measured Whisper
-faster with it, but under realtime load a preview's encoder then fell behind: most likely each numpy hand-off
-waits for MLX's CPU stream, which the VAD batcher's jobs share. Not kept until that is understood.)
+(A first version also did the products in numpy. That brought numpy's own OpenBLAS thread pool into the process
+beside the one MLX uses; with both spinning on two cores, a realtime preview's encoder fell behind the VAD.)
 """
 
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 
 # erf as a rational function of x on [-4, 4] (odd numerator, even denominator; saturated outside, where float32
 # erf is +-1): the minimax approximation XLA and Eigen use for float32, within 1.5e-6 of erf. MLX's CPU erf is a
@@ -35,3 +37,19 @@ def gelu(x: mx.array) -> mx.array:
     for c in reversed(_ERF_Q[:-1]):
         q = q * z2 + c
     return 0.5 * x * (1.0 + z * p / q)
+
+
+def attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
+    """softmax(q k^T * scale) v over (batch, heads, positions, head_dim) arrays, without a mask (an encoder's
+    bidirectional attention)."""
+    if mx.default_device() != mx.cpu:
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
+    scores = (q * scale) @ k.swapaxes(-1, -2)
+    mx.eval(scores)
+    # A zero-copy view of the evaluated scores, turned into exp(score - max) in place: nothing else holds this
+    # fresh buffer, and the second product reads it as it now is. Normalising after that product divides
+    # positions x head_dim numbers instead of positions x positions.
+    e = np.asarray(scores)
+    e -= e.max(axis=-1, keepdims=True)
+    np.exp(e, out=e)
+    return (scores @ v) / mx.array(e.sum(axis=-1, keepdims=True))

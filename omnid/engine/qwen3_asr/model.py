@@ -15,7 +15,7 @@ from collections.abc import Callable
 import mlx.core as mx
 import mlx.nn as nn
 
-from omnid.engine.cpu_math import gelu
+from omnid.engine.cpu_math import attention, gelu
 from omnid.engine.qwen3_asr.checkpoint import AudioDims, TextDims
 
 Check = Callable[[], None]
@@ -58,7 +58,7 @@ class EncoderAttention(nn.Module):
         """x: (windows, tokens, d); each window attends only to itself, bidirectionally."""
         b, n, d = x.shape
         q, k, v = (p(x).reshape(b, n, self.heads, -1).transpose(0, 2, 1, 3) for p in (self.q_proj, self.k_proj, self.v_proj))
-        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=(d // self.heads) ** -0.5)
+        out = attention(q, k, v, scale=(d // self.heads) ** -0.5)
         return self.out_proj(out.transpose(0, 2, 1, 3).reshape(b, n, d))
 
 

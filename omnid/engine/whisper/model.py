@@ -12,7 +12,7 @@ from typing import Any, Callable
 import mlx.core as mx
 import mlx.nn as nn
 
-from omnid.engine.cpu_math import gelu
+from omnid.engine.cpu_math import attention, gelu
 
 KVCache = tuple[mx.array, mx.array]
 
@@ -65,7 +65,10 @@ class MultiHeadAttention(nn.Module):
         else:
             k, v = kv_cache
         n_batch, _, n_ctx, head = q.shape
-        wv = mx.fast.scaled_dot_product_attention(q, k, v, scale=head**-0.5, mask=mask)
+        if mask is None and kv_cache is None and xa is None:  # the encoder's self-attention
+            wv = attention(q, k, v, scale=head**-0.5)
+        else:
+            wv = mx.fast.scaled_dot_product_attention(q, k, v, scale=head**-0.5, mask=mask)
         return self.out(wv.transpose(0, 2, 1, 3).reshape(n_batch, n_ctx, self.n_head * head)), (k, v)
 
     def split_heads(self, t: mx.array) -> mx.array:
