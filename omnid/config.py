@@ -74,9 +74,9 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
     max_backlog_s: float = 90.0
     # Live previews: the first this long after speech starts, then after each this much new audio.
     first_preview_s: float = 0.1
-    preview_interval_s: float = 1.0
+    preview_interval_s: float = 0.5
     # Previews of less speech than this are shown but not built on (no stable prefix, no OpenAI delta).
-    stable_after_s: float = 1.5
+    stable_after_s: float = 1.0
     # Window mode of previews ("content" is several times cheaper on a CPU); finals use transcription.window.
     preview_window: Literal["full", "content"] = "content"
     # Server VAD: after this much silence the turn's final is decoded at once, before the turn is over; speech

@@ -40,3 +40,14 @@ def test_local_agreement_holds_back_each_hypothesis_last_word():
     assert agree.update("Printing, in the only") == "Printing, in"  # "the" is the previous one's last word
     assert agree.update("Printing, in the only sense") == " the"
     assert agree.text() == "Printing, in the"
+
+
+def test_an_observed_hypothesis_lets_the_next_one_commit_but_commits_nothing_itself():
+    agree = LocalAgreement(hold_back=1)
+    agree.observe("then in the same")
+    assert agree.text() == ""
+    assert agree.update("Then in the same operations") == ""  # the first word differs: nothing agreed
+    fresh = LocalAgreement(hold_back=1)
+    fresh.observe("than in the same")
+    assert fresh.update("than in the same operations") == "than in the"
+    assert fresh.update("than in the same operations with") == " same"

@@ -429,9 +429,13 @@ class Session:
         if self.segment is not seg:
             return  # stale: its segment has closed
         # A hypothesis of the first moments of speech is too unsure to build on (tiny models lowercase a
-        # sentence start, drop its punctuation): it is shown but takes no part in the agreement.
+        # sentence start, drop its punctuation): it is shown, and only the next one may agree with it.
         stable = seg.speech_at is not None and seg.start + len(audio) - seg.speech_at >= self.config.stable_after_s * SAMPLE_RATE
-        agreed = seg.agreement.update(text) if stable else ""
+        if stable:
+            agreed = seg.agreement.update(text)
+        else:
+            seg.agreement.observe(text)
+            agreed = ""
         self.emit(de.Preview(segment_id=seg.index, item_id=seg.item_id, text=text, agreed=agreed))
 
     def _cancel_preview(self) -> None:

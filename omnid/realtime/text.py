@@ -36,5 +36,10 @@ class LocalAgreement:
         self.committed.extend(new)
         return delta
 
+    def observe(self, hypothesis: str) -> None:
+        """Takes a hypothesis too unsure to commit from as the one the next is compared with: the first
+        committable hypothesis then needs no second one after it to agree."""
+        self._previous = hypothesis.split()
+
     def text(self) -> str:
         return " ".join(self.committed)
