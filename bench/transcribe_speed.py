@@ -8,6 +8,8 @@ identical to the faster-whisper reference file.
 
     python bench/transcribe_speed.py                  # every 5th English clip, 3 repeats
     python bench/transcribe_speed.py --every 1 --repeats 1   # the whole English corpus once
+    python bench/transcribe_speed.py --baseline REV --systems omnid-full faster-whisper-int8
+        # also omnid-full as of git revision REV (its own copy of this script, in a temporary worktree)
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -129,6 +132,7 @@ def main() -> None:
     p.add_argument("--systems", nargs="*", default=SYSTEMS)
     p.add_argument("--fallback", action="store_true",
                    help="Whisper's temperature fallback (0.0, 0.2, ... 1.0) for every system instead of greedy only")
+    p.add_argument("--baseline", metavar="REV", help="also run omnid-full as of this git revision, first")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -148,23 +152,38 @@ def main() -> None:
     print(f"{len(rows)} English clips, {audio_s:.1f} s of audio, {mode}, {args.repeats} repeats, {args.threads} threads, "
           f"{os.cpu_count()} cores; reference file WER {ref_rate.percent:.2f} %\n")
     results = []
-    for system in args.systems:
-        cmd = [sys.executable, __file__, "--worker", system, "--every", str(args.every), "--repeats", str(args.repeats),
-               "--threads", str(args.threads)] + (["--limit", str(args.limit)] if args.limit else []) + (
-                   ["--fallback"] if args.fallback else [])
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            print(f"{system}: failed\n{done.stderr[-2000:]}")
-            continue
-        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"  ran {system}", file=sys.stderr)
-    header = f"{'system':<24} {'audio s / wall s':>17} {'runs (s)':>24} {'WER %':>7} {'identical':>10} {'load s':>7} {'peak RSS MB':>12}"
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = [(system, Path(__file__)) for system in args.systems]
+        if args.baseline:
+            tree = Path(tmp) / "baseline"
+            subprocess.run(["git", "worktree", "add", "--detach", str(tree), args.baseline], cwd=ROOT, check=True,
+                           capture_output=True)
+            runs.insert(0, ("omnid-full", tree / "bench" / Path(__file__).name))
+        try:
+            for system, script in runs:
+                cmd = [sys.executable, str(script), "--worker", system, "--every", str(args.every), "--repeats",
+                       str(args.repeats), "--threads", str(args.threads)] + (
+                           ["--limit", str(args.limit)] if args.limit else []) + (["--fallback"] if args.fallback else [])
+                done = subprocess.run(cmd, capture_output=True, text=True)
+                if done.returncode != 0:
+                    print(f"{system}: failed\n{done.stderr[-2000:]}")
+                    continue
+                res = json.loads(done.stdout.strip().splitlines()[-1])
+                if script != Path(__file__):
+                    res["system"] += f"@{args.baseline}"
+                results.append(res)
+                print(f"  ran {res['system']}", file=sys.stderr)
+        finally:
+            if args.baseline:
+                subprocess.run(["git", "worktree", "remove", "--force", str(Path(tmp) / "baseline")], cwd=ROOT,
+                               check=False)
+    header = f"{'system':<32} {'audio s / wall s':>17} {'runs (s)':>24} {'WER %':>7} {'identical':>10} {'load s':>7} {'peak RSS MB':>12}"
     print(header)
     print("-" * len(header))
     base = None
     for res in results:
         if "skipped" in res:
-            print(f"{res['system']:<24} skipped: {res['skipped']}")
+            print(f"{res['system']:<32} skipped: {res['skipped']}")
             continue
         med = statistics.median(res["runs"])
         speed = audio_s / med
@@ -175,13 +194,13 @@ def main() -> None:
             rate.add(r["text"], res["texts"][r["id"]], "en")
         same = sum(res["texts"][r["id"]] == ref[r["id"]] for r in rows)
         runs = ", ".join(f"{x:.1f}" for x in res["runs"])
-        print(f"{res['system']:<24} {speed:>17.2f} {runs:>24} {rate.percent:>7.2f} {same:>6}/{len(rows):<3} "
+        print(f"{res['system']:<32} {speed:>17.2f} {runs:>24} {rate.percent:>7.2f} {same:>6}/{len(rows):<3} "
               f"{res['load_s']:>7.2f} {res['peak_rss_mb']:>12.0f}")
     if base:
         print()
         for res in results:
             if "runs" in res:
-                print(f"{res['system']:<24} {audio_s / statistics.median(res['runs']) / base:5.2f}x faster-whisper int8")
+                print(f"{res['system']:<32} {audio_s / statistics.median(res['runs']) / base:5.2f}x faster-whisper int8")
 
 
 if __name__ == "__main__":
