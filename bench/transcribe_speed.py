@@ -164,7 +164,8 @@ def main() -> None:
                 cmd = [sys.executable, str(script), "--worker", system, "--every", str(args.every), "--repeats",
                        str(args.repeats), "--threads", str(args.threads)] + (
                            ["--limit", str(args.limit)] if args.limit else []) + (["--fallback"] if args.fallback else [])
-                done = subprocess.run(cmd, capture_output=True, text=True)
+                done = subprocess.run(cmd, capture_output=True, text=True,
+                                      env={**os.environ, "OMNID_CORPUS": str(CORPUS)})
                 if done.returncode != 0:
                     print(f"{system}: failed\n{done.stderr[-2000:]}")
                     continue
