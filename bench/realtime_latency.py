@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import json
 import os
 import random
@@ -28,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import wave
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +36,7 @@ import soxr
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from omnid.audio import wav_bytes  # noqa: E402
 from omnid.cli.listen import pcm16  # noqa: E402  (the same PCM16 encoding as omnid's own client)
 from omnid.evaluation.scoring import edit_distance, tokens  # noqa: E402
 
@@ -80,16 +79,6 @@ def load_clips(limit: int, lo: float, hi: float) -> list[Clip]:
     english = [m for m in manifest if m["language"] == "en" and lo <= m["duration_s"] <= hi]
     random.Random(0).shuffle(english)
     return [Clip(m["id"], decode_audio(CORPUS / m["path"])) for m in english[:limit]]
-
-
-def wav_bytes(audio: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
-    return out.getvalue()
 
 
 async def offline(http: aiohttp.ClientSession, url: str, clip: Clip) -> None:

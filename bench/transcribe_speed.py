@@ -153,25 +153,23 @@ def main() -> None:
           f"{os.cpu_count()} cores; reference file WER {ref_rate.percent:.2f} %\n")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [(system, Path(__file__)) for system in args.systems]
+        runs = [(system, Path(__file__), system) for system in args.systems]
         if args.baseline:
             tree = Path(tmp) / "baseline"
             subprocess.run(["git", "worktree", "add", "--detach", str(tree), args.baseline], cwd=ROOT, check=True,
                            capture_output=True)
-            runs.insert(0, ("omnid-full", tree / "bench" / Path(__file__).name))
+            runs.insert(0, ("omnid-full", tree / "bench" / Path(__file__).name, f"omnid-full@{args.baseline}"))
         try:
-            for system, script in runs:
+            for system, script, label in runs:
                 cmd = [sys.executable, str(script), "--worker", system, "--every", str(args.every), "--repeats",
                        str(args.repeats), "--threads", str(args.threads)] + (
                            ["--limit", str(args.limit)] if args.limit else []) + (["--fallback"] if args.fallback else [])
                 done = subprocess.run(cmd, capture_output=True, text=True,
                                       env={**os.environ, "OMNID_CORPUS": str(CORPUS)})
                 if done.returncode != 0:
-                    print(f"{system}: failed\n{done.stderr[-2000:]}")
+                    print(f"{label}: failed\n{done.stderr[-2000:]}")
                     continue
-                res = json.loads(done.stdout.strip().splitlines()[-1])
-                if script != Path(__file__):
-                    res["system"] += f"@{args.baseline}"
+                res = {**json.loads(done.stdout.strip().splitlines()[-1]), "system": label}
                 results.append(res)
                 print(f"  ran {res['system']}", file=sys.stderr)
         finally:

@@ -79,13 +79,10 @@ class FinalJob:
     closed_at: float  # monotonic time the segment ended (latency is measured from here)
     decode: asyncio.Future[str] | None = None  # started before the segment closed (a speculation)
 
-
-@dataclass
-class Speculation:
-    """The open segment's final, decoding since its speech paused."""
-
-    job: FinalJob
-    end: int  # absolute 16 kHz sample where its audio ends
+    @property
+    def end(self) -> int:
+        """Absolute 16 kHz sample where its audio ends."""
+        return self.segment.start + len(self.audio)
 
 
 class Session:
@@ -124,8 +121,8 @@ class Session:
         self._finals_idle = asyncio.Event()
         self._finals_idle.set()
         self._preview: asyncio.Task | None = None
-        self._speculation: Speculation | None = None
-        self.speculations = 0  # started, for the session's counters
+        self._speculation: FinalJob | None = None  # the open segment's final, decoding since its speech paused
+        self.speculations = 0  # started so far
         self.prompt_tokens: tuple[int, ...] = ()  # of settings.prompt, for the settings' model
 
     # --- settings ---------------------------------------------------------------------------------------
@@ -209,29 +206,27 @@ class Session:
 
     def _speculate(self, now: int) -> None:
         """Starts the open segment's final once speech has paused long enough; cancels it when speech resumes."""
-        spec, seg, turns = self._speculation, self.segment, self.turns
-        paused = turns is not None and turns.in_speech and turns.silence_from is not None
-        if spec is not None and (not paused or spec.job.segment is not seg):
+        seg = self.segment
+        pause_from = self.turns.silence_from if self.turns is not None else None  # set only inside a turn
+        if self._speculation is not None and pause_from is None:
+            log.info("speculation_cancelled", segment=self._speculation.segment.index)
             self._drop_speculation()
-            log.info("speculation_cancelled", segment=spec.job.segment.index)
-            spec = None
-        if spec is not None or not paused or seg is None or seg.speech_at is None:
+        if self._speculation is not None or pause_from is None or seg is None or seg.speech_at is None:
             return
-        assert turns is not None and turns.silence_from is not None
         end = min(now, self.buffer.end)
-        if now - turns.silence_from < self.config.speculate_after_ms * SAMPLE_RATE // 1000 or end <= seg.speech_at:
+        if now - pause_from < self.config.speculate_after_ms * SAMPLE_RATE // 1000 or end <= seg.speech_at:
             return
         self._cancel_preview()
         job = self._final_job(seg, self.buffer.view(seg.start, end).copy())
         job.decode = asyncio.ensure_future(self._transcribe_final(job))
         job.decode.add_done_callback(_retrieved)  # a dropped speculation's failure is nobody's to report
-        self._speculation = Speculation(job, end)
+        self._speculation = job
         self.speculations += 1
 
     def _drop_speculation(self) -> None:
-        spec, self._speculation = self._speculation, None
-        if spec is not None and spec.job.decode is not None and not spec.job.decode.done():
-            spec.job.decode.cancel()
+        job, self._speculation = self._speculation, None
+        if job is not None and job.decode is not None:
+            job.decode.cancel()  # a no-op once it is done
 
     def _speech_started(self, sample: int) -> None:
         seg = self.segment or self._open(max(sample, self.buffer.start, self.uncommitted_from))
@@ -318,7 +313,7 @@ class Session:
         assert seg is not None
         self._cancel_preview()
         spec = self._speculation
-        if spec is not None and (spec.job.segment is not seg or end < spec.end):
+        if spec is not None and end < spec.end:
             self._drop_speculation()  # cut inside the speculated audio: decoded again at the cut
             spec = None
         self._speculation = None
@@ -331,7 +326,7 @@ class Session:
         if seg.speech_at is None or seg.speech_at >= end:
             audio = audio[:0]  # no speech: it finalises to empty text without the model
         # A speculation holds the turn up to where its speech paused; what came after is silence to VAD.
-        job = spec.job if spec is not None else self._final_job(seg, audio)
+        job = spec if spec is not None else self._final_job(seg, audio)
         job.closed_at = time.monotonic()
         self._finals.append(job)
         self._final_samples += len(job.audio)
