@@ -6,8 +6,9 @@ on a CPU. ``gelu`` replaces erf by a rational function (adds, multiplies, one di
 ``attention`` keeps both products in MLX (its OpenBLAS) and only the exp in numpy, on the CPU device; Metal keeps
 MLX's fused kernel.
 
-(A first version also did the products in numpy. That brought numpy's own OpenBLAS thread pool into the process
-beside the one MLX uses; with both spinning on two cores, a realtime preview's encoder fell behind the VAD.)
+(A first version also did the products in numpy, which brings numpy's own OpenBLAS thread pool into the process
+beside the one MLX uses; with it a realtime preview's encoder fell behind the VAD in a session test, most likely
+two spinning pools on two cores. This one keeps numpy to single-threaded element-wise work.)
 """
 
 from __future__ import annotations
