@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from omnid.engine.whisper.engine import TranscribeOptions
 
 Check = Callable[[], None]
+# A job as a generator of the model work it needs, run by its engine's batch (engine/whisper/batch.py).
+Program = Generator[Any, Any, Any]
 
 
 @dataclass(frozen=True)
@@ -67,3 +69,20 @@ class RedecodingEngine(TranscriptionEngine, Protocol):
 
     def redecode(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
                  check: Check = ..., final: bool = False) -> Hypothesis: ...
+
+
+class BatchingEngine(TranscriptionEngine, Protocol):
+    """An engine that runs many jobs together: each job is a program, ``batch()`` runs any number of them."""
+
+    def batch(self) -> Any: ...
+
+    def transcribe_program(self, audio: np.ndarray, opts: TranscribeOptions,
+                           on_segment: Callable[[Segment], None] | None = None,
+                           on_progress: Callable[[float, float], None] | None = None) -> Program: ...
+
+    def clips_program(self, audio: np.ndarray, clips: list[tuple[int, int]], opts: TranscribeOptions,
+                      on_segment: Callable[[Segment], None] | None = None) -> Program: ...
+
+    def preview_program(self, audio: np.ndarray, opts: TranscribeOptions, prefix: str = "") -> Program: ...
+
+    def final_program(self, audio: np.ndarray, opts: TranscribeOptions, sent: str) -> Program: ...

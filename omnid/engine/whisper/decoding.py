@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -106,8 +106,76 @@ class LogitRules:
             logits[:ts] = NEG_INF
 
 
+class Decoding:
+    """One sequence being decoded: the tokens chosen so far under the logit rules, and their score. Its KV caches
+    live elsewhere (a DecodeBatch), so that many sequences can step through the model together."""
+
+    def __init__(self, rules: LogitRules, eot: int, prompt: list[int], opts: DecodeOptions,
+                 prefix: Sequence[int], no_speech_prob: float, limit: int):
+        self.rules = rules
+        self.eot = eot
+        self.prompt = prompt
+        self.opts = opts
+        self.prefix_len = len(prefix)
+        self.sampled: list[int] = list(prefix)
+        self.no_speech_prob = no_speech_prob
+        self.limit = limit
+        self.temperature = opts.temperatures[0]
+        self.rng = np.random.default_rng(opts.seed)
+        self.sum_logprob = 0.0
+        self.finish: str | None = None  # set once done: "stop" or "length"
+
+    def choose(self, logits: np.ndarray) -> bool:
+        """Takes the next token from this step's logits (modified in place); True when the sequence is done."""
+        self.rules.apply(logits, self.sampled, self.opts)
+        logprobs = _log_softmax(logits)
+        if self.temperature > 0:
+            probs = np.exp(logprobs / self.temperature - np.max(logprobs / self.temperature))
+            token = int(self.rng.choice(len(probs), p=probs / probs.sum()))
+        else:
+            token = int(np.argmax(logits))
+        self.sum_logprob += float(logprobs[token])
+        if token == self.eot:
+            self.finish = "stop"
+            return True
+        self.sampled.append(token)
+        if len(self.prompt) + len(self.sampled) >= self.limit:
+            self.finish = "length"
+        return self.finish is not None
+
+    def result(self, tokenizer: WhisperTokenizer) -> DecodeResult:
+        text = tokenizer.decode(self.sampled)
+        return DecodeResult(
+            tokens=self.sampled,
+            text=text,
+            avg_logprob=self.sum_logprob / (len(self.sampled) - self.prefix_len + 1),
+            no_speech_prob=self.no_speech_prob,
+            temperature=self.temperature,
+            compression_ratio=compression_ratio(text.strip()),
+            finish_reason=self.finish or "length",
+        )
+
+
+def needs_fallback(r: DecodeResult, opts: DecodeOptions) -> bool:
+    """The Whisper paper's test of a failed decode (too repetitive or too unlikely, and not silence)."""
+    too_repetitive = opts.compression_ratio_threshold is not None and r.compression_ratio > opts.compression_ratio_threshold
+    too_unlikely = opts.log_prob_threshold is not None and r.avg_logprob < opts.log_prob_threshold
+    silence = opts.no_speech_threshold is not None and r.no_speech_prob > opts.no_speech_threshold and too_unlikely
+    return (too_repetitive or too_unlikely) and not silence
+
+
+def best_of(results: list[DecodeResult], opts: DecodeOptions) -> DecodeResult:
+    """When every temperature failed: the likeliest decode that is not too repetitive."""
+    below_cr = [
+        r for r in results
+        if opts.compression_ratio_threshold is None or r.compression_ratio <= opts.compression_ratio_threshold
+    ]
+    best = max(below_cr or results, key=lambda r: r.avg_logprob)
+    return replace(best, temperature=results[-1].temperature)
+
+
 class WindowDecoder:
-    """Decodes one window of encoder output into tokens, with its model's KV caches."""
+    """Starts decodes of one window of encoder output: the prompt's forward pass and the first token."""
 
     def __init__(self, model: Whisper, tokenizer: WhisperTokenizer, rules: LogitRules):
         self.model = model
@@ -115,83 +183,19 @@ class WindowDecoder:
         self.rules = rules
         self.max_length = model.dims.n_text_ctx
 
-    def decode_with_fallback(
-        self, features: mx.array, prompt: list[int], opts: DecodeOptions, check: Callable[[], None],
-        prefix: Sequence[int] = (),
-    ) -> DecodeResult:
-        cross = self.model.decoder.cross_kv(features)
-        results: list[DecodeResult] = []
-        for temperature in opts.temperatures:
-            result = self.decode(cross, prompt, replace(opts, temperatures=(temperature,)), check, prefix)
-            results.append(result)
-            if not self._needs_fallback(result, opts):
-                return result
-        below_cr = [
-            r for r in results
-            if opts.compression_ratio_threshold is None or r.compression_ratio <= opts.compression_ratio_threshold
-        ]
-        best = max(below_cr or results, key=lambda r: r.avg_logprob)
-        return replace(best, temperature=results[-1].temperature)
-
-    @staticmethod
-    def _needs_fallback(r: DecodeResult, opts: DecodeOptions) -> bool:
-        too_repetitive = opts.compression_ratio_threshold is not None and r.compression_ratio > opts.compression_ratio_threshold
-        too_unlikely = opts.log_prob_threshold is not None and r.avg_logprob < opts.log_prob_threshold
-        silence = (
-            opts.no_speech_threshold is not None and r.no_speech_prob > opts.no_speech_threshold and too_unlikely
-        )
-        return (too_repetitive or too_unlikely) and not silence
-
-    def decode(
-        self, cross: list, prompt: list[int], opts: DecodeOptions, check: Callable[[], None],
-        prefix: Sequence[int] = (),
-    ) -> DecodeResult:
-        """``prefix``: tokens the text must begin with; they run through the decoder in the prompt's single
-        forward pass (cheap next to sampling them one by one) and are part of the result's tokens."""
-        temperature = opts.temperatures[0]
-        rng = np.random.default_rng(opts.seed)
+    def begin(self, cross: list, prompt: list[int], opts: DecodeOptions, prefix: Sequence[int] = ()
+              ) -> tuple[Decoding, list, np.ndarray]:
+        """The sequence, its self-attention caches after the prompt, and the logits of its first step.
+        ``prefix``: tokens the text must begin with; they run through the decoder in the prompt's single forward
+        pass (cheap next to sampling them one by one) and are part of the result's tokens."""
         context = prompt + list(prefix)
         limit = self.max_length
         if opts.max_new_tokens:
             limit = min(limit, len(context) + opts.max_new_tokens)
         sot_index = prompt.index(self.tok.sot)
         decoder = self.model.decoder
-
         hidden, cache = decoder(mx.array([context]), None, kv_cache=cross)
-        first = decoder.logits(hidden[0, mx.array([sot_index, len(context) - 1])])
-        first_np = np.array(first, dtype=np.float32)
-        no_speech_prob = float(np.exp(_log_softmax(first_np[0])[self.tok.no_speech]))
-        logits = first_np[1]
-
-        sampled: list[int] = list(prefix)
-        sum_logprob = 0.0
-        finish = "length"
-        while True:
-            check()
-            self.rules.apply(logits, sampled, opts)
-            logprobs = _log_softmax(logits)
-            if temperature > 0:
-                probs = np.exp(logprobs / temperature - np.max(logprobs / temperature))
-                token = int(rng.choice(len(probs), p=probs / probs.sum()))
-            else:
-                token = int(np.argmax(logits))
-            sum_logprob += float(logprobs[token])
-            if token == self.tok.eot:
-                finish = "stop"
-                break
-            sampled.append(token)
-            if len(prompt) + len(sampled) >= limit:
-                break
-            hidden, cache = decoder(mx.array([[token]]), None, kv_cache=cache)
-            logits = np.array(decoder.logits(hidden[0, -1]), dtype=np.float32)
-
-        text = self.tok.decode(sampled)
-        return DecodeResult(
-            tokens=sampled,
-            text=text,
-            avg_logprob=sum_logprob / (len(sampled) - len(prefix) + 1),
-            no_speech_prob=no_speech_prob,
-            temperature=temperature,
-            compression_ratio=compression_ratio(text.strip()),
-            finish_reason=finish,
-        )
+        first = np.array(decoder.logits(hidden[0, mx.array([sot_index, len(context) - 1])]), dtype=np.float32)
+        no_speech_prob = float(np.exp(_log_softmax(first[0])[self.tok.no_speech]))
+        sequence = Decoding(self.rules, self.tok.eot, prompt, opts, prefix, no_speech_prob, limit)
+        return sequence, [layer[0] for layer in cache], first[1]

@@ -20,6 +20,7 @@ from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import Capabilities
 from omnid.engine.transcript import Segment, Transcript, Word
 from omnid.engine.whisper.alignment import word_timestamps
+from omnid.engine.whisper.batch import Decode, Encode, Program, WhisperBatch, run_alone
 from omnid.engine.whisper.checkpoint import load_checkpoint
 from omnid.engine.whisper.decoding import (
     TIME_PRECISION,
@@ -27,6 +28,8 @@ from omnid.engine.whisper.decoding import (
     DecodeResult,
     LogitRules,
     WindowDecoder,
+    best_of,
+    needs_fallback,
 )
 from omnid.engine.whisper.mel import (
     FRAMES_PER_SECOND,
@@ -115,6 +118,12 @@ class WhisperEngine:
     def languages(self) -> tuple[str, ...]:
         return tuple(self.tokenizer.language_tokens) if self.dims.is_multilingual else ("en",)
 
+    # --- jobs, run alone --------------------------------------------------------------------------------
+
+    def batch(self) -> WhisperBatch:
+        """A batch to run many programs (``*_program``) together on this model."""
+        return WhisperBatch(self.model, self.decoder)
+
     def transcribe(
         self,
         audio: np.ndarray,
@@ -125,6 +134,41 @@ class WhisperEngine:
     ) -> Transcript:
         """16 kHz mono float32 samples -> transcript. ``check`` raises to cancel; it is called between encoder
         layers and before every decoded token."""
+        return run_alone(self.batch(), self.transcribe_program(audio, opts, on_segment, on_progress), check)
+
+    def transcribe_clips(
+        self,
+        audio: np.ndarray,
+        clips: list[tuple[int, int]],
+        opts: TranscribeOptions = TranscribeOptions(),
+        check: Callable[[], None] = lambda: None,
+        on_segment: Callable[[Segment], None] | None = None,
+    ) -> Transcript:
+        """Only the given parts of a clip (sample spans, in order), each transcribed on its own, with segment and
+        word times on the whole clip's timeline. No part at all is an empty transcript, without the model."""
+        return run_alone(self.batch(), self.clips_program(audio, clips, opts, on_segment), check)
+
+    def preview(
+        self,
+        audio: np.ndarray,
+        opts: TranscribeOptions = TranscribeOptions(),
+        prefix: str = "",
+        check: Callable[[], None] = lambda: None,
+    ) -> str:
+        """Text of one window (at most 30 s) without timestamps, forced to begin with ``prefix``. Live previews
+        pass the stable start of their previous hypothesis, so only the new words are sampled; a final passes the
+        text already sent as append-only deltas, so the authoritative text continues it."""
+        return run_alone(self.batch(), self.preview_program(audio, opts, prefix), check)
+
+    # --- jobs as programs (see batch.py) ----------------------------------------------------------------
+
+    def transcribe_program(
+        self,
+        audio: np.ndarray,
+        opts: TranscribeOptions = TranscribeOptions(),
+        on_segment: Callable[[Segment], None] | None = None,
+        on_progress: Callable[[float, float], None] | None = None,
+    ) -> Program[Transcript]:
         duration = len(audio) / SAMPLE_RATE
         mel = log_mel_spectrogram(audio, self.dims.n_mels)
         content_frames = mel.shape[0] - 1
@@ -136,9 +180,8 @@ class WhisperEngine:
         generated, finish = 0, "stop"
         seek = 0
         while seek < content_frames:
-            check()
             segment_size = min(N_FRAMES, content_frames - seek)
-            features = self._encode(mel[seek : seek + segment_size], opts, check)
+            features = yield Encode(self._window(mel[seek : seek + segment_size], opts))
             if language is None:
                 language = self.detect_language(features)
             seconds = segment_size / FRAMES_PER_SECOND
@@ -150,7 +193,7 @@ class WhisperEngine:
                 budget = min(budget, opts.max_new_tokens)
             decode_opts = replace(decode_opts, language=language, max_timestamp=content_end, max_new_tokens=budget)
             prompt = self._prompt(prompt_tokens, history if opts.condition_on_previous_text else [], language, decode_opts)
-            result = self.decoder.decode_with_fallback(features, prompt, decode_opts, check)
+            result = yield from self._decode_with_fallback(features, prompt, decode_opts)
             generated += len(result.tokens)
             if result.finish_reason == "length":
                 finish = "length"
@@ -186,16 +229,13 @@ class WhisperEngine:
             finish_reason=finish,
         )
 
-    def transcribe_clips(
+    def clips_program(
         self,
         audio: np.ndarray,
         clips: list[tuple[int, int]],
         opts: TranscribeOptions = TranscribeOptions(),
-        check: Callable[[], None] = lambda: None,
         on_segment: Callable[[Segment], None] | None = None,
-    ) -> Transcript:
-        """Only the given parts of a clip (sample spans, in order), each transcribed on its own, with segment and
-        word times on the whole clip's timeline. No part at all is an empty transcript, without the model."""
+    ) -> Program[Transcript]:
         segments: list[Segment] = []
         generated, finish, language = 0, "stop", opts.language
         for start, end in clips:
@@ -207,7 +247,7 @@ class WhisperEngine:
                                start=seg.start + offset, end=seg.end + offset, words=words)
 
             report = (lambda seg, shifted=shifted: on_segment(shifted(seg))) if on_segment is not None else None
-            part = self.transcribe(audio[start:end], opts, check, on_segment=report)
+            part = yield from self.transcribe_program(audio[start:end], opts, on_segment=report)
             segments.extend(shifted(seg) for seg in part.segments)
             generated += part.generated_tokens
             finish = "length" if part.finish_reason == "length" else finish
@@ -221,21 +261,14 @@ class WhisperEngine:
             finish_reason=finish,
         )
 
-    def preview(
-        self,
-        audio: np.ndarray,
-        opts: TranscribeOptions = TranscribeOptions(),
-        prefix: str = "",
-        check: Callable[[], None] = lambda: None,
-    ) -> str:
-        """Text of one window (at most 30 s) without timestamps, forced to begin with ``prefix``. Live previews
-        pass the stable start of their previous hypothesis, so only the new words are sampled; a final passes the
-        text already sent as append-only deltas, so the authoritative text continues it."""
+    def preview_program(
+        self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), prefix: str = "",
+    ) -> Program[str]:
         mel = log_mel_spectrogram(audio[:N_SAMPLES], self.dims.n_mels)
         frames = mel.shape[0] - 1
         if frames <= 0:
             return prefix.strip()
-        features = self._encode(mel[:frames], opts, check)
+        features = yield Encode(self._window(mel[:frames], opts))
         language = opts.language or ("en" if not self.dims.is_multilingual else self.detect_language(features))
         budget = int(opts.token_budget_base + opts.tokens_per_second * frames / FRAMES_PER_SECOND)
         decode_opts = replace(
@@ -244,12 +277,31 @@ class WhisperEngine:
         )
         prompt = self._prompt(self._prompt_of(opts), [], language, decode_opts)
         forced = self.tokenizer.encode(" " + prefix.strip()) if prefix.strip() else []
-        result = self.decoder.decode_with_fallback(features, prompt, decode_opts, check, forced)
+        result = yield from self._decode_with_fallback(features, prompt, decode_opts, tuple(forced))
         if not forced and self._is_silence(result, decode_opts):
             return ""
         return result.text.strip()
 
-    def _encode(self, window: mx.array, opts: TranscribeOptions, check: Callable[[], None]) -> mx.array:
+    def final_program(self, audio: np.ndarray, opts: TranscribeOptions, sent: str) -> Program[str]:
+        """A closed realtime segment's text: as a file transcription, or continuing the deltas already sent."""
+        if sent.strip():
+            return (yield from self.preview_program(audio, opts, sent))
+        return (yield from self.transcribe_program(audio, opts)).text
+
+    def _decode_with_fallback(self, features: mx.array, prompt: list[int], opts: DecodeOptions,
+                              prefix: tuple[int, ...] = ()) -> Program[DecodeResult]:
+        """Decodes at each temperature in turn until one does not look failed (Whisper's fallback)."""
+        cross = self.model.decoder.cross_kv(features)
+        results: list[DecodeResult] = []
+        for temperature in opts.temperatures:
+            result = yield Decode(cross, prompt, replace(opts, temperatures=(temperature,)), prefix)
+            results.append(result)
+            if not needs_fallback(result, opts):
+                return result
+        return best_of(results, opts)
+
+    def _window(self, window: mx.array, opts: TranscribeOptions) -> mx.array:
+        """A window's log-mel frames padded as the window mode asks, ready to encode."""
         frames = window.shape[0]
         pad_frames = int(opts.content_padding_s * FRAMES_PER_SECOND)
         min_frames = int(opts.content_min_window_s * FRAMES_PER_SECOND)
@@ -261,9 +313,7 @@ class WhisperEngine:
         if target > frames:
             # Padding is zeros in the normalised log-mel domain, as faster-whisper pads.
             window = mx.concatenate([window, mx.zeros((target - frames, window.shape[1]), window.dtype)])
-        features = self.model.encoder(window[None], between_layers=check)
-        mx.eval(features)
-        return features
+        return window
 
     def detect_language(self, features: mx.array) -> str:
         tok = self.tokenizer

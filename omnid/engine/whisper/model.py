@@ -95,12 +95,13 @@ class ResidualAttentionBlock(nn.Module):
         xa: mx.array | None = None,
         mask: mx.array | None = None,
         kv_cache: tuple[KVCache | None, KVCache | None] = (None, None),
+        cross_mask: mx.array | None = None,
     ) -> tuple[mx.array, tuple[KVCache, KVCache | None]]:
         self_kv, cross_kv = kv_cache
         y, self_kv = self.attn(self.attn_ln(x), mask=mask, kv_cache=self_kv)
         x = x + y
         if self.cross_attn is not None and self.cross_attn_ln is not None:
-            y, cross_kv = self.cross_attn(self.cross_attn_ln(x), xa, kv_cache=cross_kv)
+            y, cross_kv = self.cross_attn(self.cross_attn_ln(x), xa, mask=cross_mask, kv_cache=cross_kv)
             x = x + y
         x = x + self.mlp2(gelu(self.mlp1(self.mlp_ln(x))))
         return x, (self_kv, cross_kv)
@@ -151,17 +152,26 @@ class TextDecoder(nn.Module):
         tokens: mx.array,
         xa: mx.array | None,
         kv_cache: list[tuple[KVCache, KVCache | None]] | None = None,
+        positions: mx.array | None = None,
+        mask: mx.array | None = None,
+        cross_mask: mx.array | None = None,
     ) -> tuple[mx.array, list[tuple[KVCache, KVCache | None]]]:
         """tokens: (batch, n_new). Returns hidden states (not logits) so callers project only the rows
-        they need onto the vocabulary."""
-        offset = kv_cache[0][0][0].shape[2] if kv_cache and kv_cache[0][0] is not None else 0
-        x = self.token_embedding(tokens) + self.positional_embedding[offset : offset + tokens.shape[-1]]
+        they need onto the vocabulary. A batch whose rows are at different lengths (one token each, caches
+        left-padded to a common length) gives each row's ``positions`` and the additive ``mask`` hiding its
+        padding; ``cross_mask`` hides the audio positions past a shorter row's window."""
         n_new = tokens.shape[-1]
-        mask = _causal_mask(n_new, offset) if n_new > 1 else None
+        if positions is None:
+            offset = kv_cache[0][0][0].shape[2] if kv_cache and kv_cache[0][0] is not None else 0
+            x = self.token_embedding(tokens) + self.positional_embedding[offset : offset + n_new]
+            if n_new > 1:
+                mask = _causal_mask(n_new, offset)
+        else:
+            x = self.token_embedding(tokens) + self.positional_embedding[positions][:, None]
         caches: list[Any] = kv_cache or [(None, None)] * len(self.blocks)
         new_caches = []
         for block, cache in zip(self.blocks, caches):
-            x, cache = block(x, xa, mask=mask, kv_cache=cache)
+            x, cache = block(x, xa, mask=mask, kv_cache=cache, cross_mask=cross_mask)
             new_caches.append(cache)
         return self.ln(x), new_caches
 
