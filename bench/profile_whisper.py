@@ -25,6 +25,7 @@ CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
 import mlx.core as mx  # noqa: E402
 
 import omnid  # noqa: E402  (OpenBLAS before mlx)
+from bench.batch_speed import count_time  # noqa: E402
 from omnid.audio import decode_audio  # noqa: E402
 from omnid.config import load_config, load_pins, model_folder  # noqa: E402
 from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine  # noqa: E402
@@ -85,18 +86,7 @@ def main() -> None:
     total_s = sum(len(a) for a in audio) / 16000
     print(f"\ntotals over {len(rows)} English clips ({total_s:.0f} s of audio), greedy, no fallback (s)")
     spent: Counter[str] = Counter()
-    encode, decode = engine._encode, engine.decoder.decode
-
-    def wrap(name, fn):
-        def inner(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                spent[name] += time.perf_counter() - t0
-        return inner
-
-    engine._encode, engine.decoder.decode = wrap("encode", encode), wrap("decode", decode)
+    count_time(spent)
     for window in ("full", "content"):
         spent.clear()
         tokens = 0

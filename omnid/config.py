@@ -37,6 +37,8 @@ class VadConfig(msgspec.Struct, forbid_unknown_fields=True):
 
 class EngineConfig(msgspec.Struct, forbid_unknown_fields=True):
     max_queue: int = 16
+    # Jobs one model runs together (windows encoded as one batch, decoders stepped together); 1: one at a time.
+    max_batch: int = 4
 
 
 class TranscriptionConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -252,6 +254,8 @@ def _check(config: Config, names: dict[tuple[str, str], str] | None = None) -> N
 def _check_values(config: Config) -> None:
     if config.engine.max_queue < 1:
         raise ConfigError("engine.max_queue must be at least 1")
+    if not 1 <= config.engine.max_batch <= 64:
+        raise ConfigError("engine.max_batch must be between 1 and 64")
     if not 0 <= config.server.port <= 65535:
         raise ConfigError("server.port must be between 0 and 65535")
     if not 0 < config.server.sse_heartbeat_s <= 300:

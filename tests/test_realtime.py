@@ -156,6 +156,8 @@ async def test_beta_shape_server_vad_two_utterances(server, engine):
 
 
 async def test_ten_concurrent_sessions_each_get_their_own_text(server, engine):
+    """Their jobs run together in the model's batch (told by the runtime's trace), and each final is exactly the
+    text of its audio transcribed alone."""
     clips = ["ljspeech_LJ001-0013", "librispeech_3005-163389-0007", "speechbrain_spk1_snt1",
              "librispeech_2414-128291-0008", "mfa_multilingual_ipa_4"] * 2
     expected = {c: engine.transcribe(as_received(clip_audio(c)), TranscribeOptions()).text for c in set(clips)}
@@ -171,6 +173,18 @@ async def test_ten_concurrent_sessions_each_get_their_own_text(server, engine):
         assert [e["event_index"] for e in events] == list(range(1, len(events) + 1))
         return events[-1]["text"]
 
-    async with aiohttp.ClientSession() as http:
-        texts = await asyncio.gather(*(one(http, c) for c in clips))
+    runtime = server.server.services.transcribers["tiny.en"]
+    running, together = [0], [0]
+
+    def trace(event, priority, seq):
+        running[0] += {"started": 1, "finished": -1, "cancelled": -1}.get(event, 0)
+        together[0] = max(together[0], running[0])
+
+    runtime.trace = trace
+    try:
+        async with aiohttp.ClientSession() as http:
+            texts = await asyncio.gather(*(one(http, c) for c in clips))
+    finally:
+        runtime.trace = None
     assert texts == [expected[c] for c in clips]
+    assert 2 <= together[0] <= runtime.max_batch

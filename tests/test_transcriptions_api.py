@@ -222,14 +222,14 @@ def test_failure_after_the_stream_started_is_in_band_then_done():
     with ServerThread() as srv:
         runtime = srv.server.services.transcribers["tiny.en"]
         engine = runtime.engine
-        real = engine.transcribe
+        real = engine.transcribe_program
 
-        def failing(audio, opts, check, on_segment=None, on_progress=None):
-            result = real(audio, opts, check)
+        def failing(audio, opts, on_segment=None, on_progress=None):
+            result = yield from real(audio, opts)
             on_segment(result.segments[0])
             raise RuntimeError("the engine broke")
 
-        engine.transcribe = failing
+        engine.transcribe_program = failing
         status, headers, body = asyncio.run(form_post(srv, {"stream": "true"}))
     assert status == 200
     events = [line[6:] for line in body.split("\n") if line.startswith("data: ")]

@@ -1,11 +1,16 @@
 """The engine runtime: one worker thread per loaded model, the only thread that touches its MLX arrays.
 
-asyncio code submits jobs (plain callables taking a ``check`` function) and awaits them. Jobs wait in a
-priority queue (realtime finals before previews before file jobs, first come first served within a class),
-capped in length; a cancelled job is dropped while queued and stopped at its next ``check`` while running. A
-running preview yields to a queued final at its next ``check`` (it is cancelled: a preview is cheap and the next
-one is fresher), so a final never waits for more than one check interval of preview work. When the queue drains,
-the MLX buffer cache is released so an idle daemon holds only its weights.
+asyncio code submits jobs and awaits them. Jobs wait in a priority queue (realtime finals before previews before
+file jobs, first come first served within a class), capped in length; a cancelled job is dropped while queued and
+stopped at its next check while running. When the queue drains, the MLX buffer cache is released so an idle
+daemon holds only its weights.
+
+A job is either a plain callable taking a ``check`` function, run alone, or a *program* for an engine that
+batches (``engine.batch()``, see engine/whisper/batch.py): programs run together, up to ``max_batch`` of them,
+joining the batch between its steps as they are queued (finals first) and leaving it as they end. A running
+preview yields to a queued final at its next check: a plain one is cancelled; in a batch the final joins at the
+next step, a full batch gives it the place of its newest preview, and an encode of previews alone stops at its
+next layer. So a final never waits for more than one check interval of preview work.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ import heapq
 import itertools
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
 import mlx.core as mx
 import structlog
@@ -47,6 +53,13 @@ class _Job:
     cancelled: threading.Event = field(compare=False, default_factory=threading.Event)
     enqueued: float = field(compare=False, default_factory=time.monotonic)
     audio_s: float | None = field(compare=False, default=None)  # for the realtime factor, when known
+    program: Callable[[Any], Any] | None = field(compare=False, default=None)  # engine -> its program
+    started: float = field(compare=False, default=0.0)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """Its place in a batch: smaller keys are encoded first."""
+        return self.priority, self.seq
 
     def check(self) -> None:
         if self.cancelled.is_set():
@@ -57,19 +70,35 @@ class Preempted(JobCancelledError):
     """A preview stopped so that a final queued behind it runs now."""
 
 
+class Batch(Protocol):
+    """What a batching engine's ``batch()`` returns (engine/whisper/batch.py has the one implementation)."""
+
+    def __len__(self) -> int: ...
+
+    def add(self, key: Any, program: Any) -> None: ...
+
+    def drop(self, keys: Collection[Any]) -> None: ...
+
+    def step(self, drop: Callable[[list[Any], bool], Collection[Any]]
+             ) -> list[tuple[Any, Any, BaseException | None]]: ...
+
+
 def clear_mlx_cache() -> None:
     clear = getattr(mx, "clear_cache", None) or mx.metal.clear_cache
     clear()
 
 
 class EngineRuntime(Generic[E]):
-    """Owns one engine, built by ``factory`` on the worker thread, and runs jobs on it one at a time."""
+    """Owns one engine, built by ``factory`` on the worker thread, and runs jobs on it: plain ones one at a time,
+    programs up to ``max_batch`` together."""
 
-    def __init__(self, name: str, factory: Callable[[], E], max_queue: int, final_reserve: int = 0):
-        if max_queue < 1 or final_reserve < 0:
-            raise ValueError("max_queue must be at least 1 and final_reserve not negative")
+    def __init__(self, name: str, factory: Callable[[], E], max_queue: int, final_reserve: int = 0,
+                 max_batch: int = 1):
+        if max_queue < 1 or final_reserve < 0 or max_batch < 1:
+            raise ValueError("max_queue and max_batch must be at least 1 and final_reserve not negative")
         self.name = name
         self.max_queue = max_queue
+        self.max_batch = max_batch
         # Realtime finals may queue past max_queue by this many (one per session at most), so a burst of file
         # jobs or previews never costs a session its final.
         self.final_reserve = final_reserve
@@ -82,6 +111,7 @@ class EngineRuntime(Generic[E]):
         self._running = 0
         self._closing = False
         self._current: _Job | None = None
+        self._batched: dict[tuple[int, int], _Job] = {}  # the jobs of the running batch
         self._loaded = threading.Event()
         self._load_error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name=f"engine-{name}", daemon=True)
@@ -89,7 +119,8 @@ class EngineRuntime(Generic[E]):
         # Called on the worker thread.
         self.observer: Callable[[str, float, float, float | None], None] | None = None
         # Told of each job's life, in order: (event, priority, job number) with event one of "queued", "started",
-        # "finished", "cancelled", "preempted". Called with the queue's lock held; for tests and tracing.
+        # "finished", "cancelled", "preempted", and "check" before each unit of a batch's work the job takes part
+        # in (an encoder layer, a decode step). Called with the queue's lock held; for tests and tracing.
         self.trace: Callable[[str, Priority, int], None] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------------
@@ -120,6 +151,8 @@ class EngineRuntime(Generic[E]):
             self._closing = True
             if self._current is not None:
                 self._current.cancelled.set()  # stops at its next check
+            for job in self._batched.values():
+                job.cancelled.set()
             for job in self._heap:
                 job.cancelled.set()
                 _post(job, None, JobCancelledError("runtime closed"))
@@ -137,12 +170,32 @@ class EngineRuntime(Generic[E]):
             states = {"queued": self._queued, "running": self._running}
         return {k: v for k, v in states.items() if v}
 
+    @property
+    def batching(self) -> bool:
+        """Its engine runs programs together (submit_program)."""
+        return callable(getattr(self._engine, "batch", None))
+
     async def submit(self, fn: Callable[[Check], T], priority: Priority = Priority.FILE,
                      audio_s: float | None = None) -> T:
         """Runs ``fn(check)`` on the worker thread. Raises QueueFullError at once when the queue is full;
         cancelling the awaiting task cancels the job. ``audio_s``: the audio the job covers, for metrics."""
+        return await self._submit(_Job(int(priority), next(self._seq), fn, *self._future(), audio_s=audio_s))
+
+    async def submit_program(self, program: Callable[[Any], Any], priority: Priority = Priority.FILE,
+                             audio_s: float | None = None) -> Any:
+        """Runs ``program(engine)``, a program of a batching engine, in the engine's batch; otherwise as submit."""
+        if not self.batching:
+            raise TypeError(f"engine {self.name} does not run programs")
+        job = _Job(int(priority), next(self._seq), _unused, *self._future(), audio_s=audio_s, program=program)
+        return await self._submit(job)
+
+    @staticmethod
+    def _future() -> tuple[asyncio.Future, asyncio.AbstractEventLoop]:
         loop = asyncio.get_running_loop()
-        job = _Job(int(priority), next(self._seq), fn, loop.create_future(), loop, audio_s=audio_s)
+        return loop.create_future(), loop
+
+    async def _submit(self, job: _Job) -> Any:
+        priority = job.priority
         with self._cv:
             if self._closing:
                 raise JobCancelledError("runtime is closing")
@@ -193,8 +246,14 @@ class EngineRuntime(Generic[E]):
                 job = heapq.heappop(self._heap)
                 self._queued -= 1
                 self._running += 1
-                self._current = job
+                if job.program is None:
+                    self._current = job
+                else:
+                    self._batched[job.key] = job
                 self._trace("started", job)
+            if job.program is not None:
+                self._serve_batch(job)
+                continue
             outcome = self._run(job)
             with self._cv:
                 self._current = None
@@ -225,10 +284,110 @@ class EngineRuntime(Generic[E]):
             log.exception("job_failed", engine=self.name)
             return None, exc
 
+    # --- batches of programs ------------------------------------------------------------------------------
+
+    def _serve_batch(self, first: _Job) -> None:
+        """Runs programs together, admitting queued ones before every step, until none is left."""
+        batch: Batch = self.engine.batch()  # type: ignore[attr-defined]
+        admitted = [first]
+        while True:
+            with self._cv:
+                if self._closing:
+                    for job in list(self._batched.values()):
+                        self._end(job, None, JobCancelledError("runtime closed"))
+                    return
+                admitted += self._admit(batch)
+                if not self._batched:
+                    idle = not self._heap
+                    break
+            stopped: list[tuple[_Job, BaseException]] = []
+            for job in admitted:
+                job.started = time.monotonic()
+                try:
+                    assert job.program is not None
+                    batch.add(job.key, job.program(self._engine))
+                except Exception as exc:
+                    stopped.append((job, exc))
+            admitted = []
+            try:
+                outcomes = batch.step(lambda keys, encoding: self._drop(keys, encoding, stopped))
+            except Exception as exc:  # a failure of the batch itself ends every job in it
+                log.exception("batch_failed", engine=self.name, jobs=len(self._batched))
+                outcomes = [(key, None, exc) for key in self._batched]
+                batch = self.engine.batch()  # type: ignore[attr-defined]
+            for key, result, error in outcomes:
+                self._end(self._batched[key], result, error)
+            for job, error in stopped:
+                batch.drop([job.key])
+                self._end(job, None, error)
+        if idle:
+            clear_mlx_cache()
+
+    def _admit(self, batch: Batch) -> list[_Job]:
+        """Queued programs that join the batch now, finals first; a final finding it full takes the place of its
+        newest preview. Called with the lock held."""
+        admitted: list[_Job] = []
+        while self._heap and self._heap[0].program is not None:
+            if len(self._batched) >= self.max_batch:
+                previews = [j for j in self._batched.values() if j.priority == Priority.PREVIEW]
+                if self._heap[0].priority != Priority.FINAL or not previews:
+                    break
+                victim = max(previews, key=lambda j: j.seq)
+                self._trace("preempted", victim)
+                batch.drop([victim.key])
+                self._end(victim, None, Preempted("a final needed its place in the batch"))
+            job = heapq.heappop(self._heap)
+            self._queued -= 1
+            self._running += 1
+            self._batched[job.key] = job
+            self._trace("started", job)
+            admitted.append(job)
+        return admitted
+
+    def _drop(self, keys: list[tuple[int, int]], encoding: bool, stopped: list[tuple[_Job, BaseException]]
+              ) -> list[tuple[int, int]]:
+        """The batch asks which of ``keys`` to stop before their next unit of work: the cancelled ones, and, when
+        a final is queued during an encode of previews alone, those previews."""
+        jobs = [self._batched[k] for k in keys if k in self._batched]
+        if self.trace is not None:
+            with self._cv:
+                for job in jobs:
+                    self._trace("check", job)
+        gone = [j for j in jobs if j.cancelled.is_set()]
+        stopped.extend((j, JobCancelledError("job cancelled")) for j in gone)
+        rest = [j for j in jobs if not j.cancelled.is_set()]
+        if encoding and rest and all(j.priority == Priority.PREVIEW for j in rest) and self._final_waiting():
+            with self._cv:
+                for job in rest:
+                    job.cancelled.set()
+                    self._trace("preempted", job)
+                    stopped.append((job, Preempted("a final is waiting")))
+            gone += rest
+        return [j.key for j in gone]
+
+    def _final_waiting(self) -> bool:
+        return bool(self._heap) and self._heap[0].priority == Priority.FINAL
+
+    def _end(self, job: _Job, result: Any, error: BaseException | None) -> None:
+        with self._cv:
+            if self._batched.pop(job.key, None) is None:
+                return
+            self._running -= 1
+            self._trace("cancelled" if isinstance(error, JobCancelledError) else "finished", job)
+        ran = time.monotonic() - job.started
+        if error is None:
+            if self.observer is not None:
+                self.observer(self.name, job.started - job.enqueued, ran, job.audio_s)
+        elif isinstance(error, JobCancelledError):
+            log.info("job_preempted" if isinstance(error, Preempted) else "job_cancelled", engine=self.name,
+                     ran_s=round(ran, 3))
+        else:
+            log.error("job_failed", engine=self.name, exc_info=error)
+        _post(job, result, error)
 
     def _check(self, job: _Job) -> None:
         job.check()
-        if job.priority == Priority.PREVIEW and self._heap and self._heap[0].priority == Priority.FINAL:
+        if job.priority == Priority.PREVIEW and self._final_waiting():
             with self._cv:
                 if self._heap and self._heap[0].priority == Priority.FINAL:
                     job.cancelled.set()
@@ -238,6 +397,10 @@ class EngineRuntime(Generic[E]):
     def _trace(self, event: str, job: _Job) -> None:
         if self.trace is not None:
             self.trace(event, Priority(job.priority), job.seq)
+
+
+def _unused(check: Check) -> None:
+    raise AssertionError("a program's job is run by its engine's batch")
 
 
 def _post(job: _Job, result: Any, error: BaseException | None) -> None:

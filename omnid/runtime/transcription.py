@@ -1,6 +1,7 @@
 """The one call path from the daemon's callers to an engine: each function is one job on the model's runtime (queued
-by priority, cancellable, counted in the metrics with the audio it covers). The realtime VAD batcher alone submits
-its own batched jobs."""
+by priority, cancellable, counted in the metrics with the audio it covers). On an engine that batches, the job is
+its program, run together with the others queued for that model. The realtime VAD batcher alone submits its own
+batched jobs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import cast
 import numpy as np
 
 from omnid.audio import SAMPLE_RATE
-from omnid.engine.interface import Hypothesis, RedecodingEngine, TranscriptionEngine
+from omnid.engine.interface import BatchingEngine, Hypothesis, Program, RedecodingEngine, TranscriptionEngine
 from omnid.engine.transcript import Segment, Transcript
 from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.runtime.scheduler import EngineRuntime, Priority
@@ -28,20 +29,28 @@ async def transcribe(runtime: Runtime, audio: np.ndarray, opts: TranscribeOption
     engine = runtime.engine
     if clips is not None and not clips:
         return engine.transcribe_clips(audio, [], opts)
+    heard = len(audio) if clips is None else sum(end - start for start, end in clips)
+    if runtime.batching:
+        def program(e: BatchingEngine) -> Program:
+            if clips is None:
+                return e.transcribe_program(audio, opts, on_segment, on_progress)
+            return e.clips_program(audio, clips, opts, on_segment)
+        return await runtime.submit_program(program, priority, audio_s=heard / SAMPLE_RATE)
     if clips is None:
         def job(check) -> Transcript:
             return engine.transcribe(audio, opts, check, on_segment=on_segment, on_progress=on_progress)
-        heard = len(audio)
     else:
         def job(check) -> Transcript:
             return engine.transcribe_clips(audio, clips, opts, check, on_segment=on_segment)
-        heard = sum(end - start for start, end in clips)
     return await runtime.submit(job, priority, audio_s=heard / SAMPLE_RATE)
 
 
 async def preview(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions, prefix: str) -> str:
     """The text of an open segment so far, continuing ``prefix``, at preview priority."""
     engine = runtime.engine
+    if runtime.batching:
+        return await runtime.submit_program(lambda e: e.preview_program(audio, opts, prefix), Priority.PREVIEW,
+                                            audio_s=len(audio) / SAMPLE_RATE)
     return await runtime.submit(lambda check: engine.preview(audio, opts, prefix, check), Priority.PREVIEW,
                                 audio_s=len(audio) / SAMPLE_RATE)
 
@@ -59,6 +68,9 @@ async def final(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions, se
     append-only deltas were already sent, one decode forced to continue their text (decoding freely first and
     again only when that diverged cost two decodes whenever it did)."""
     engine = runtime.engine
+    if runtime.batching:
+        return await runtime.submit_program(lambda e: e.final_program(audio, opts, sent), Priority.FINAL,
+                                            audio_s=len(audio) / SAMPLE_RATE)
 
     def job(check) -> str:
         if sent.strip():
