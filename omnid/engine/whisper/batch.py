@@ -3,10 +3,11 @@
 A job is a *program*: a generator that yields the model work it needs (an ``Encode`` of a window, a ``Decode`` of
 one sequence) and is sent the result; everything else (language detection, word alignment, the fallback over
 temperatures, cutting a window into segments) runs inside it, between its requests. A ``WhisperBatch`` drives any
-number of programs. Each ``step`` either encodes the windows waiting for it (one encoder call for all windows of
-the same length) or advances every live sequence by one token (one decoder call for all, each row with its own
-KV cache, logit rules and stopping point). Programs join at any step and leave when they end, so the runtime can
-feed it jobs as they come. A program alone in its batch runs exactly the solo computation.
+number of programs. Each ``step`` does the work of the smallest key first: either it encodes the windows waiting
+(one encoder call for all windows of that key's length) or it advances every live sequence by one token (one
+decoder call for all, each row with its own KV cache, logit rules and stopping point). Programs join at any step
+and leave when they end, so the runtime can feed it jobs as they come. A program alone in its batch runs exactly
+the solo computation.
 """
 
 from __future__ import annotations
@@ -157,8 +158,8 @@ def _stack(a: KVCache, b: KVCache) -> KVCache:
 
 class WhisperBatch:
     """Drives programs (see the module docstring). ``step`` does one unit of model work and returns the programs
-    that ended: (key, result, None) or (key, None, error). Keys order the work: the smallest key's window is
-    encoded first, so a runtime that keys jobs by (priority, arrival) encodes finals first."""
+    that ended: (key, result, None) or (key, None, error). Keys order the work: the smallest key's goes first,
+    so a runtime that keys jobs by (priority, arrival) serves finals first."""
 
     def __init__(self, model: Whisper, decoder: WindowDecoder):
         self.model = model
@@ -185,7 +186,9 @@ class WhisperBatch:
         self.decodes.leave(keys)
 
     def step(self, drop: Drop) -> list[Outcome]:
-        if self.waiting:
+        # The smallest key's work goes first: a final's decode is not held up by previews' encodes, nor a final's
+        # encode by previews' decoding.
+        if self.waiting and (not self.decodes or min(self.waiting) < min(self.decodes.keys)):
             self._encode(drop)
         elif self.decodes:
             self._decode(drop)
