@@ -84,6 +84,12 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
     # Server VAD: after this much silence the turn's final is decoded at once, before the turn is over; speech
     # resuming cancels it. At or above the turn's silence_duration_ms it changes nothing.
     speculate_after_ms: int = 200
+    # The model counts as busy while more than this many finals (of any session) are queued or running on it. Then
+    # server VAD starts no speculation, and finals are encoded with busy_final_window: "content" costs a short
+    # segment a fraction of a padded 30 s window on a CPU, at a small accuracy cost; "full" keeps finals exactly as
+    # offline whatever the load.
+    busy_finals: int = 1
+    busy_final_window: Literal["full", "content"] = "content"
     # Speech probability that opens a segment to decoding when turns are manual (server VAD has its own).
     vad_threshold: float = 0.5
     # Events waiting to be written to a slow client; beyond it the session ends.
@@ -320,6 +326,8 @@ def _check_realtime(r: RealtimeConfig) -> None:
         raise ConfigError("realtime.vad_threshold must be in (0, 1)")
     if r.speculate_after_ms < 0:
         raise ConfigError("realtime.speculate_after_ms must not be negative")
+    if r.busy_finals < 0:
+        raise ConfigError("realtime.busy_finals must not be negative")
     if r.max_pending_events < 16:
         raise ConfigError("realtime.max_pending_events must be at least 16")
     if r.max_pending_bytes < 65536:

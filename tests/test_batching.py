@@ -85,7 +85,7 @@ def test_a_batch_gives_every_program_exactly_its_solo_result(engine, speech):
     got = [r.text if hasattr(r, "text") else r for _, r in sorted(results.items())]
     assert got == expected
     assert all(expected) and expected[2].startswith("The")
-    assert record["encoded"] >= 2 and record["decoded"] >= 4  # they really ran together
+    assert record["encoded"] >= 2 and record["decoded"] >= 3  # they really ran together
 
 
 def test_a_program_fails_alone(engine, speech):

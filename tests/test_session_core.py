@@ -5,6 +5,7 @@ What the events look like on the wire is test_realtime*.py's business."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import numpy as np
@@ -16,7 +17,7 @@ from omnid.realtime import events as de
 from omnid.realtime.protocol import openai, voxt
 from omnid.realtime.session import Session
 from omnid.realtime.settings import ServerVad, Settings
-from omnid.runtime.scheduler import EngineRuntime
+from omnid.runtime.scheduler import EngineRuntime, Priority
 from omnid.vad.batcher import VadBatcher
 from omnid.vad.silero import SileroVAD
 from tests.fake_engine import FakeWhisper
@@ -182,6 +183,47 @@ async def test_a_speculative_final_is_the_only_decode_of_its_turn(vad, stand_in)
     # It ended where the pause reached speculate_after_ms, not after the 500 ms that closed the turn.
     n = int(finals[0].text.split()[-2])
     assert n < 0.3 * 16000 + len(a) + 0.45 * 16000, n
+
+
+async def test_a_model_busy_with_other_finals_gets_no_speculation_and_a_cheaper_final(vad, stand_in):
+    """Two other sessions' finals hold the model (more than realtime.busy_finals): the pause starts no speculation,
+    and the turn's one final, of all of it, is encoded with busy_final_window once the model is free. Idle, the
+    same turn speculates and its final takes the transcription window."""
+    runtime, fake = stand_in
+    windows: list[str] = []
+    work = fake._work
+
+    def recording(audio, opts, check):
+        windows.append(opts.window)
+        return work(audio, opts, check)
+
+    fake._work = recording
+    release = threading.Event()
+
+    def other_final(check):
+        while not release.wait(0.01):
+            check()
+        return "other"
+
+    turn, _ = _paused_turn()
+    assert CONFIG.realtime.busy_finals == 1 and CONFIG.realtime.busy_final_window == "content"
+    others = [asyncio.ensure_future(runtime.submit(other_final, Priority.FINAL)) for _ in range(2)]
+    s, events = session(openai.RULES, runtime, vad, turns=ServerVad())
+    await feed(s, np.concatenate([silence(0.5), turn, silence(1.5)]))
+    assert s.speculations == 0
+    release.set()
+    assert await asyncio.gather(*others) == ["other", "other"]
+    await s.drain()
+    finals = [e for e in events if isinstance(e, de.Final)]
+    assert len(finals) == 1 and windows[-1] == "content"
+    n = int(finals[0].text.split()[0])
+    assert len(turn) <= n <= len(turn) + int(0.3 * 16000) + int(0.5 * 16000), n
+
+    windows.clear()
+    s, events = session(openai.RULES, runtime, vad, turns=ServerVad())
+    await feed(s, np.concatenate([silence(0.5), turn, silence(1.5)]))
+    await s.drain()
+    assert s.speculations >= 1 and windows[-1] == CONFIG.transcription.window == "full"
 
 
 async def test_a_speculative_final_with_the_real_engine_holds_the_whole_paused_turn(vad, tiny):

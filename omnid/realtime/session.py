@@ -11,6 +11,8 @@ that cannot be queued is skipped, so a machine that falls behind thins previews 
 With server VAD the final starts before the turn is over: once speech has paused for ``speculate_after_ms`` the
 segment so far is decoded at FINAL priority (a speculation); speech resuming cancels it, the turn ending makes
 its result the final. While one is pending no preview starts, so the text it continues cannot grow under it.
+While other sessions' finals keep the model busy there is no speculation, and finals take the cheaper window
+(``busy_finals``, ``busy_final_window``), so a loaded model catches up instead of falling further behind.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from omnid.realtime.text import LocalAgreement, join_segments
 from omnid.runtime import transcription
 from omnid.runtime.errors import JobCancelledError, QueueFullError
 from omnid.runtime.models import transcribe_options
-from omnid.runtime.scheduler import EngineRuntime
+from omnid.runtime.scheduler import EngineRuntime, Priority
 from omnid.vad.batcher import VadBatcher
 from omnid.vad.segments import TurnDetector
 from omnid.vad.silero import WINDOW
@@ -216,6 +218,8 @@ class Session:
         end = min(now, self.buffer.end)
         if now - pause_from < self.config.speculate_after_ms * SAMPLE_RATE // 1000 or end <= seg.speech_at:
             return
+        if self._busy():
+            return  # the final starts when the turn ends
         self._cancel_preview()
         job = self._final_job(seg, self.buffer.view(seg.start, end).copy())
         job.decode = asyncio.ensure_future(self._transcribe_final(job))
@@ -361,10 +365,15 @@ class Session:
                     self._final_samples -= len(job.audio)
         self._finals_idle.set()
 
+    def _busy(self) -> bool:
+        """Other finals keep the model busy (realtime.busy_finals)."""
+        return self.engines[self.settings.model].in_flight(Priority.FINAL) > self.config.busy_finals
+
     async def _transcribe_final(self, job: FinalJob) -> str:
         s = self.settings
+        window = self.config.busy_final_window if self._busy() else None
         opts = transcribe_options(self.transcription, language=s.language, prompt=s.prompt,
-                                  prompt_tokens=self.prompt_tokens)
+                                  prompt_tokens=self.prompt_tokens, window=window)
         # Deltas already sent never change: the final continues the text they hold.
         return await transcription.final(self.engines[s.model], job.audio, opts, job.prefix)
 

@@ -170,6 +170,12 @@ class EngineRuntime(Generic[E]):
             states = {"queued": self._queued, "running": self._running}
         return {k: v for k, v in states.items() if v}
 
+    def in_flight(self, priority: Priority) -> int:
+        """Jobs of this priority queued or running."""
+        with self._cv:
+            jobs = [*self._heap, *self._batched.values(), *([self._current] if self._current else [])]
+            return sum(1 for job in jobs if job.priority == priority and not job.cancelled.is_set())
+
     @property
     def batching(self) -> bool:
         """Its engine runs programs together (submit_program)."""
