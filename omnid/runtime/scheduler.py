@@ -47,7 +47,7 @@ class Priority(IntEnum):
 class _Job:
     priority: int
     seq: int
-    fn: Callable[[Check], Any] = field(compare=False)
+    fn: Callable[[Check], Any] | None = field(compare=False)  # a plain job; None for a program
     future: asyncio.Future = field(compare=False)
     loop: asyncio.AbstractEventLoop = field(compare=False)
     cancelled: threading.Event = field(compare=False, default_factory=threading.Event)
@@ -192,7 +192,7 @@ class EngineRuntime(Generic[E]):
         """Runs ``program(engine)``, a program of a batching engine, in the engine's batch; otherwise as submit."""
         if not self.batching:
             raise TypeError(f"engine {self.name} does not run programs")
-        job = _Job(int(priority), next(self._seq), _unused, *self._future(), audio_s=audio_s, program=program)
+        job = _Job(int(priority), next(self._seq), None, *self._future(), audio_s=audio_s, program=program)
         return await self._submit(job)
 
     @staticmethod
@@ -276,19 +276,26 @@ class EngineRuntime(Generic[E]):
     def _run(self, job: _Job) -> tuple[Any, BaseException | None] | None:
         if job.cancelled.is_set():
             return None
-        started = time.monotonic()
+        job.started = time.monotonic()
+        assert job.fn is not None
         try:
-            result = job.fn(lambda: self._check(job))
+            outcome: tuple[Any, BaseException | None] = job.fn(lambda: self._check(job)), None
+        except Exception as exc:  # the job's own failure (or cancellation) belongs to its caller
+            outcome = None, exc
+        self._report(job, outcome[1])
+        return outcome
+
+    def _report(self, job: _Job, error: BaseException | None) -> None:
+        """Logs how a job that ran ended, and tells the observer of one that completed."""
+        ran = time.monotonic() - job.started
+        if error is None:
             if self.observer is not None:
-                self.observer(self.name, started - job.enqueued, time.monotonic() - started, job.audio_s)
-            return result, None
-        except JobCancelledError as exc:
-            event = "job_preempted" if isinstance(exc, Preempted) else "job_cancelled"
-            log.info(event, engine=self.name, ran_s=round(time.monotonic() - started, 3))
-            return None, exc
-        except Exception as exc:  # the job's own failure belongs to its caller
-            log.exception("job_failed", engine=self.name)
-            return None, exc
+                self.observer(self.name, job.started - job.enqueued, ran, job.audio_s)
+        elif isinstance(error, JobCancelledError):
+            log.info("job_preempted" if isinstance(error, Preempted) else "job_cancelled", engine=self.name,
+                     ran_s=round(ran, 3))
+        else:
+            log.error("job_failed", engine=self.name, exc_info=error)
 
     # --- batches of programs ------------------------------------------------------------------------------
 
@@ -380,15 +387,7 @@ class EngineRuntime(Generic[E]):
                 return
             self._running -= 1
             self._trace("cancelled" if isinstance(error, JobCancelledError) else "finished", job)
-        ran = time.monotonic() - job.started
-        if error is None:
-            if self.observer is not None:
-                self.observer(self.name, job.started - job.enqueued, ran, job.audio_s)
-        elif isinstance(error, JobCancelledError):
-            log.info("job_preempted" if isinstance(error, Preempted) else "job_cancelled", engine=self.name,
-                     ran_s=round(ran, 3))
-        else:
-            log.error("job_failed", engine=self.name, exc_info=error)
+        self._report(job, error)
         _post(job, result, error)
 
     def _check(self, job: _Job) -> None:
@@ -403,10 +402,6 @@ class EngineRuntime(Generic[E]):
     def _trace(self, event: str, job: _Job) -> None:
         if self.trace is not None:
             self.trace(event, Priority(job.priority), job.seq)
-
-
-def _unused(check: Check) -> None:
-    raise AssertionError("a program's job is run by its engine's batch")
 
 
 def _post(job: _Job, result: Any, error: BaseException | None) -> None:

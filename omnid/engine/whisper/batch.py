@@ -93,7 +93,7 @@ class DecodeBatch:
             self.cross_kv = [_pad(kv, new_width - width, before=False) for kv in self.cross_kv]
         pad = max(length - new_length, 0)
         self_kv = [_pad(kv, pad, before=True) for kv in self_kv]
-        cross_kv = [_pad(kv, max(width - new_width, 0), before=False) for kv in cross_kv]
+        cross_kv = [_pad(kv, width - new_width, before=False) for kv in cross_kv]
         self.self_kv = [_stack(a, b) for a, b in zip(self.self_kv, self_kv)]
         self.cross_kv = [_stack(a, b) for a, b in zip(self.cross_kv, cross_kv)]
         self.keys.append(key)
