@@ -22,13 +22,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
 
+import omnid  # noqa: E402,I001  (OpenBLAS before mlx)
 import mlx.core as mx  # noqa: E402
-
-import omnid  # noqa: E402  (OpenBLAS before mlx)
 from bench.batch_speed import count_time  # noqa: E402
 from omnid.audio import decode_audio  # noqa: E402
 from omnid.config import load_config, load_pins, model_folder  # noqa: E402
+from omnid.engine import cpu_math  # noqa: E402
 from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine  # noqa: E402
+
+ATTENTION_ROWS, GELU_SLICE = cpu_math.ATTENTION_ROWS, cpu_math.GELU_SLICE
 
 
 def timed(fn, repeats: int) -> float:
@@ -62,6 +64,19 @@ def main() -> None:
     print(f"  mlx softmax {timed(lambda: mx.eval(mx.softmax(scores, axis=-1)), args.repeats):8.1f}")
     print(f"  mlx exp     {timed(lambda: mx.eval(mx.exp(scores)), args.repeats):8.1f}")
     print(f"  numpy exp   {timed(lambda: np.exp(as_np), args.repeats):8.1f}")
+
+    # omnid.engine.cpu_math works in cache-sized slices on the CPU; the same call with one slice shows the gain.
+    q, k, v = (mx.random.normal((1, engine.dims.n_audio_head, 1500, 64)) for _ in range(3))
+    hidden = mx.random.normal((1, 1500, 4 * engine.dims.n_audio_state))
+    mx.eval(q, k, v, hidden)
+    print("\none layer's attention (6 heads x 1500) and MLP GELU (1500 x 1536) on the CPU path (ms)")
+    for label, rows, gelu_slice in (("sliced (as omnid runs)", cpu_math.ATTENTION_ROWS, cpu_math.GELU_SLICE),
+                                    ("whole arrays", 1500, hidden.size)):
+        cpu_math.ATTENTION_ROWS, cpu_math.GELU_SLICE = rows, gelu_slice
+        att = timed(lambda: mx.eval(cpu_math.attention(q, k, v, 0.125)), args.repeats)
+        act = timed(lambda: mx.eval(cpu_math.gelu(hidden)), args.repeats)
+        print(f"  {label:<24} attention {att:7.1f}  gelu {act:7.1f}")
+    cpu_math.ATTENTION_ROWS, cpu_math.GELU_SLICE = ATTENTION_ROWS, GELU_SLICE
 
     dec = engine.model.decoder
     print("\ndecoder step, one token after a 1-token prompt (ms)")

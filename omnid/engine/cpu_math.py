@@ -9,6 +9,11 @@ MLX's fused kernel.
 (A first version also did the products in numpy, which brings numpy's own OpenBLAS thread pool into the process
 beside the one MLX uses; with it a realtime preview's encoder fell behind the VAD in a session test, most likely
 two spinning pools on two cores. This one keeps numpy to single-threaded element-wise work.)
+
+On the CPU both also work in slices that stay in cache: MLX runs each element-wise op over the whole array before
+the next, so a GELU's ~25 ops over a 9 MB activation, or a softmax over 54 MB of scores, stream through memory
+again and again. Slices of a few hundred KB (GELU) or a few hundred query rows (attention) give the same numbers,
+bit for bit, in about two thirds of the time (bench/profile_whisper.py prints both).
 """
 
 from __future__ import annotations
@@ -26,9 +31,27 @@ _ERF_P = (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04, -
 _ERF_Q = (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03, -2.13374055278905e-04,
           -1.45660718464996e-05)
 
+# Slice sizes for the CPU path, measured on a 2-core x86-64 box (bench/profile_whisper.py): 2^17 floats (512 KB)
+# per GELU slice, 300 query rows (6 heads x 300 x 1500 scores, 11 MB) per attention slice.
+GELU_SLICE = 1 << 17
+ATTENTION_ROWS = 300
+
 
 def gelu(x: mx.array) -> mx.array:
     """GELU with erf (not the tanh approximation): 0.5 x (1 + erf(x / sqrt 2))."""
+    if x.size <= GELU_SLICE or mx.default_device() != mx.cpu:
+        return _gelu(x)
+    flat = x.reshape(-1)
+    mx.eval(flat)
+    parts = []
+    for start in range(0, flat.size, GELU_SLICE):
+        part = _gelu(flat[start : start + GELU_SLICE])
+        mx.eval(part)
+        parts.append(part)
+    return mx.concatenate(parts).reshape(x.shape)
+
+
+def _gelu(x: mx.array) -> mx.array:
     z = mx.clip(x * 0.7071067811865476, -4.0, 4.0)
     z2 = z * z
     p = mx.array(_ERF_P[-1], mx.float32)
@@ -49,12 +72,18 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
         # One window at a time: a batch's scores at once (8 x 6 x 1500 x 1500 floats, 432 MB) run slower than
         # the windows one by one (54 MB each), and each window's attention is then exactly its solo one.
         return mx.concatenate([attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], scale) for i in range(q.shape[0])])
-    scores = (q * scale) @ k.swapaxes(-1, -2)
-    mx.eval(scores)
-    # A zero-copy view of the evaluated scores, turned into exp(score - max) in place: nothing else holds this
-    # fresh buffer, and the second product reads it as it now is. Normalising after that product divides
-    # positions x head_dim numbers instead of positions x positions.
-    e = np.asarray(scores)
-    e -= e.max(axis=-1, keepdims=True)
-    np.exp(e, out=e)
-    return (scores @ v) / mx.array(e.sum(axis=-1, keepdims=True))
+    q, k_t, v = q * scale, mx.contiguous(k.swapaxes(-1, -2)), mx.contiguous(v)
+    parts = []
+    for start in range(0, q.shape[2], ATTENTION_ROWS):
+        scores = q[:, :, start : start + ATTENTION_ROWS] @ k_t
+        mx.eval(scores)
+        # A zero-copy view of the evaluated scores, turned into exp(score - max) in place: nothing else holds
+        # this fresh buffer, and the second product reads it as it now is. Normalising after that product
+        # divides rows x head_dim numbers instead of rows x positions.
+        e = np.asarray(scores)
+        e -= e.max(axis=-1, keepdims=True)
+        np.exp(e, out=e)
+        part = (scores @ v) / mx.array(e.sum(axis=-1, keepdims=True))
+        mx.eval(part)
+        parts.append(part)
+    return mx.concatenate(parts, axis=2)
