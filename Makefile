@@ -17,6 +17,7 @@ lint: setup
 	.venv/bin/mypy
 
 test: lint
+	@scripts/setup-browser.sh
 	.venv/bin/python -m pytest -q
 
 bench: setup

@@ -25,6 +25,8 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True):
     shutdown_grace_s: float = 10.0
     # Empty: logs go to stderr. A path: logs are appended there, and SIGHUP reopens it (log rotation).
     log_file: str = ""
+    # The try-it page at / (microphone and file transcription in a browser); false: / is a 404.
+    page: bool = True
 
 
 class VadConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -102,9 +104,9 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class SecurityConfig(msgspec.Struct, forbid_unknown_fields=True):
-    # Empty: no key. Otherwise every route but /health needs "Authorization: Bearer KEY" (or ?api_key=KEY).
+    # Empty: no key. Otherwise every route but /health and the page's needs "Authorization: Bearer KEY" (or ?api_key=KEY).
     api_key: str = ""
-    # Browser origins allowed to open a WebSocket or call a route; none by default.
+    # Browser origins allowed to open a WebSocket or call a route besides the daemon's own page; none by default.
     allowed_origins: list[str] = msgspec.field(default_factory=list)
     # Host header names accepted besides loopback ones (a rebinding attack names an attacker's domain).
     allowed_hosts: list[str] = msgspec.field(default_factory=list)

@@ -10,7 +10,7 @@ import structlog
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily
 
-from omnid.api import realtime, security, transcriptions, vad
+from omnid.api import page, realtime, security, transcriptions, vad
 from omnid.api.errors import error_middleware
 from omnid.api.fallback import add_catch_all, expect_continue
 from omnid.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -133,5 +133,7 @@ def create_app(services: Services) -> web.Application:
     app.router.add_get("/metrics", metrics, expect_handler=expect_continue)
     services.metrics.add_gauges(lambda: _scraped_gauges(app))
     vad.add_routes(app, SERVICES, expect_continue)
+    if services.config.server.page:
+        page.add_routes(app, expect_continue)
     add_catch_all(app)
     return app

@@ -1,5 +1,5 @@
-"""Who may talk to the daemon (wire.md section 5): a Host header naming this machine (DNS rebinding), no browser
-Origin unless allowed, and the API key when one is configured. Checked before any handler runs."""
+"""Who may talk to the daemon: a Host header naming this machine (DNS rebinding), no browser Origin but the daemon's
+own (its try-it page) or an allowed one, and the API key when one is configured. Checked before any handler runs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import ipaddress
 from aiohttp import web
 
 from omnid.api.errors import ApiError
+from omnid.api.page import is_page
 from omnid.config import SecurityConfig
 from omnid.echo import shown
 
@@ -53,14 +54,23 @@ def check(request: web.Request, config: SecurityConfig, bound_host: str) -> None
         raise ApiError(403, f"Host {shown(request.host)} is not this server; add it to security.allowed_hosts",
                        code="host_not_allowed", type="permission_error")
     origin = request.headers.get("Origin")
-    if origin is not None and origin.rstrip("/") not in {o.rstrip("/") for o in config.allowed_origins}:
+    if origin is not None and not _origin_allowed(origin, request, config):
         raise ApiError(403, f"Origin {shown(origin)} is not allowed; add it to security.allowed_origins",
                        code="origin_not_allowed", type="permission_error")
-    if config.api_key and request.path not in OPEN_PATHS:
+    if config.api_key and request.path not in OPEN_PATHS and not is_page(request.path):
         given = bearer(request)
         if given is None or not hmac.compare_digest(_raw(given), config.api_key.encode()):
             raise ApiError(401, "missing or wrong API key (Authorization: Bearer KEY)", code="invalid_api_key",
                            type="authentication_error", headers={"WWW-Authenticate": "Bearer"})
+
+
+def _origin_allowed(origin: str, request: web.Request, config: SecurityConfig) -> bool:
+    """An allowed origin, or the daemon's own: a page it served itself (scheme and Host, which passed the Host
+    check above, so a rebound name never gets here)."""
+    origin = origin.rstrip("/").lower()
+    if origin in {o.rstrip("/").lower() for o in config.allowed_origins}:
+        return True
+    return origin == f"{request.scheme}://{request.host}".lower()
 
 
 def middleware(config: SecurityConfig, bound_host: str):

@@ -1,0 +1,257 @@
+"""The try-it page at / : served without the API key, its own origin allowed and no other, and, in headless
+Chromium against the real daemon, a fake microphone and an uploaded file both transcribed on the page."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+import websockets
+from aiohttp import web
+
+from omnid.audio import SAMPLE_RATE, decode_audio
+from omnid.evaluation.scoring import edit_distance, tokens
+from tests.fake_engine import fake_services
+from tests.helpers import CORPUS
+from tests.server import ServerThread
+
+KEY = "page-key"
+CLIP = CORPUS / "audio" / "en" / os.environ.get("OMNID_PAGE_CLIP", "ljspeech_LJ001-0005.wav")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+SCREENSHOTS = Path(os.environ.get("OMNID_SCREENSHOTS", Path(tempfile.gettempdir()) / "omnid-page-failures"))
+
+
+@pytest.fixture(scope="module")
+def keyed():
+    with ServerThread(overrides={"security": {"api_key": KEY}}, services=fake_services()) as srv:
+        yield srv
+
+
+# --- HTTP: what the page is served with, and who may call -------------------------------------------------------
+
+
+async def test_the_page_and_its_modules_need_no_key_but_every_api_call_does(keyed):
+    async with aiohttp.ClientSession() as http:
+        async with http.get(keyed.url + "/") as r:
+            assert r.status == 200 and r.content_type == "text/html"
+            html = await r.text()
+            assert "default-src 'self'" in r.headers["Content-Security-Policy"]
+        assert '<script type="module" src="/page/app.js">' in html
+        for name, kind in (("app.js", "text/javascript"), ("mic.js", "text/javascript"),
+                           ("capture-worklet.js", "text/javascript"), ("style.css", "text/css")):
+            async with http.get(keyed.url + "/page/" + name) as r:
+                assert r.status == 200 and r.content_type == kind, name
+        for missing in ("/page/nope.js", "/page/..%2Fapi%2Fpage.py", "/page/index.html"):
+            async with http.get(keyed.url + missing) as r:
+                assert r.status == 404 and (await r.json())["error"]["code"] == "not_found", missing
+        async with http.get(keyed.url + "/v1/models") as r:
+            assert r.status == 401
+
+
+async def test_the_pages_own_origin_is_allowed_and_no_other(keyed):
+    own = keyed.url  # http://127.0.0.1:PORT, the origin a page loaded from the daemon sends
+    auth = {"Authorization": f"Bearer {KEY}"}
+    async with aiohttp.ClientSession() as http:
+        async with http.get(keyed.url + "/v1/models", headers={**auth, "Origin": own}) as r:
+            assert r.status == 200
+        for other in ("http://127.0.0.1:1", "https://127.0.0.1:" + own.rsplit(":", 1)[1], "http://evil.example"):
+            async with http.get(keyed.url + "/v1/models", headers={**auth, "Origin": other}) as r:
+                assert r.status == 403 and (await r.json())["error"]["code"] == "origin_not_allowed", other
+        # A rebound name: Host and Origin agree, but the Host check refuses it first.
+        async with http.get(keyed.url + "/v1/models", headers={**auth, "Origin": "http://evil.example",
+                                                               "Host": "evil.example"}) as r:
+            assert r.status == 403 and (await r.json())["error"]["code"] == "host_not_allowed"
+    url = keyed.ws_url + f"/v1/realtime?protocol=openai&api_key={KEY}"
+    async with websockets.connect(url, origin=own) as ws:
+        assert "session.created" in await ws.recv()
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        await websockets.connect(url, origin="http://localhost:" + own.rsplit(":", 1)[1])
+    assert refused.value.response.status_code == 403
+
+
+async def test_the_page_can_be_switched_off():
+    with ServerThread(overrides={"server": {"port": 0, "page": False}}, services=fake_services()) as srv:
+        async with aiohttp.ClientSession() as http, http.get(srv.url + "/") as r:
+            assert r.status == 404
+
+
+# --- a real browser -------------------------------------------------------------------------------------------
+
+
+def _chromium_or_fail() -> None:
+    if CHROMIUM and CHROMEDRIVER:
+        return
+    message = "headless Chromium is missing: apt-get install chromium chromium-driver (scripts/setup-browser.sh)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@contextlib.contextmanager
+def chromium(*args: str) -> Iterator:
+    _chromium_or_fail()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1100,1300", *args):
+        options.add_argument(arg)
+    # The system chromedriver, given explicitly: Selenium's own driver manager would try the internet.
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@contextlib.contextmanager
+def screenshot_on_failure(driver, name: str) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"{name}-{int(time.time())}.png"
+        driver.save_screenshot(str(path))
+        print(f"screenshot of the failing page: {path}")
+        raise
+
+
+def wait_for(driver, condition, timeout: float, what: str):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: condition(d), message=what)
+
+
+async def offline_text(server, path: Path) -> str:
+    form = aiohttp.FormData()
+    form.add_field("file", path.read_bytes(), filename=path.name)
+    async with aiohttp.ClientSession() as http, http.post(server.url + "/v1/audio/transcriptions", data=form) as r:
+        assert r.status == 200
+        return (await r.json())["text"]
+
+
+def words_apart(a: str, b: str) -> int:
+    return edit_distance(tokens(a, "en"), tokens(b, "en"))
+
+
+async def test_the_microphone_is_transcribed_on_the_page(server):
+    from selenium.webdriver.common.by import By
+
+    offline = await offline_text(server, CLIP)
+    clip_seconds = decode_audio(CLIP).size / SAMPLE_RATE
+    fake_mic = ("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                f"--use-file-for-fake-audio-capture={CLIP}%noloop", "--autoplay-policy=no-user-gesture-required")
+
+    def run() -> tuple[str, str]:
+        with chromium(*fake_mic) as driver, screenshot_on_failure(driver, "microphone"):
+            driver.get(server.url + "/")
+            wait_for(driver, lambda d: "healthy" in d.find_element(By.ID, "health").text, 30, "the daemon's health")
+            assert "tiny.en" in [o.get_attribute("value") for o in driver.find_elements(By.CSS_SELECTOR, "#model option")]
+            silence = driver.find_element(By.ID, "vad-silence")
+            silence.clear()
+            silence.send_keys("800")
+            driver.find_element(By.ID, "mic-toggle").click()
+            started = time.monotonic()
+            wait_for(driver, lambda d: d.find_element(By.ID, "mic-toggle").get_attribute("aria-pressed") == "true",
+                     5, "the microphone to start")
+            # Deltas come while the clip plays, styled as not final ...
+            wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#mic-transcript p.partial"), 30,
+                     "a first partial")
+            # ... and once the whole clip has played, every turn it made is a final line.
+            time.sleep(max(0.0, clip_seconds - (time.monotonic() - started)))
+            wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#mic-transcript p.final")
+                     and not d.find_elements(By.CSS_SELECTOR, "#mic-transcript p.partial"), 60, "the final transcript")
+            finals = " ".join(p.text for p in driver.find_elements(By.CSS_SELECTOR, "#mic-transcript p.final"))
+            level = driver.execute_script("return document.getElementById('mic-level').style.width")
+            driver.find_element(By.ID, "mic-toggle").click()
+            assert driver.find_element(By.ID, "mic-error").text == ""
+            return finals, level
+
+    finals, level = await asyncio.to_thread(run)
+    assert level.endswith("%")
+    assert words_apart(offline, finals) <= 1, (offline, finals)
+
+
+async def test_an_uploaded_file_streams_its_transcript_onto_the_page(server):
+    from selenium.webdriver.common.by import By
+
+    offline = await offline_text(server, CLIP)
+
+    def run() -> tuple[str, list[str], bool]:
+        with chromium() as driver, screenshot_on_failure(driver, "file"):
+            driver.get(server.url + "/")
+            # Record every text the transcript shows, to see it grow as the deltas arrive.
+            driver.execute_script("""
+                window.seen = [];
+                new MutationObserver(() => window.seen.push(document.getElementById('file-transcript').textContent))
+                  .observe(document.getElementById('file-transcript'), {subtree: true, childList: true, characterData: true});
+            """)
+            driver.find_element(By.ID, "file-input").send_keys(str(CLIP))
+            wait_for(driver, lambda d: not d.find_element(By.ID, "download-srt").get_attribute("disabled")
+                     or d.find_element(By.ID, "file-error").text, 60, "the file's transcript")
+            assert driver.find_element(By.ID, "file-error").text == ""
+            text = driver.find_element(By.CSS_SELECTOR, "#file-transcript p.final").text
+            return text, driver.execute_script("return window.seen"), bool(driver.find_elements(By.ID, "copy"))
+
+    text, seen, has_copy = await asyncio.to_thread(run)
+    assert words_apart(offline, text) == 0, (offline, text)
+    assert has_copy
+    grown = [s for s in seen if s.strip()]
+    assert grown and grown[-1].strip() == text.strip()
+
+
+class OtherOrigin:
+    """A page served from another origin (another port) that tries the daemon's socket."""
+
+    def __init__(self, target: str):
+        html = f"""<!doctype html><title>other</title><script>
+            window.result = 'pending';
+            const ws = new WebSocket('{target}/v1/realtime?protocol=openai');
+            ws.onopen = () => {{ window.result = 'opened'; }};
+            ws.onclose = () => {{ if (window.result === 'pending') window.result = 'refused'; }};
+        </script>"""
+        self.app = web.Application()
+
+        async def page(request: web.Request) -> web.Response:
+            return web.Response(text=html, content_type="text/html")
+
+        self.app.router.add_get("/", page)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        self.runner = web.AppRunner(self.app)
+        asyncio.run_coroutine_threadsafe(self.runner.setup(), self.loop).result(10)
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        asyncio.run_coroutine_threadsafe(site.start(), self.loop).result(10)
+        port = self.runner.addresses[0][1]
+        return f"http://127.0.0.1:{port}/"
+
+    def __exit__(self, *exc) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+async def test_a_page_from_another_origin_cannot_open_the_socket(server):
+    def run() -> str:
+        with OtherOrigin(server.ws_url) as other, chromium() as driver, screenshot_on_failure(driver, "other-origin"):
+            driver.get(other)
+            wait_for(driver, lambda d: d.execute_script("return window.result") != "pending", 15, "the socket's fate")
+            return driver.execute_script("return window.result")
+
+    assert await asyncio.to_thread(run) == "refused"
