@@ -69,7 +69,7 @@ def run(engine: WhisperEngine, kind: str, audio: list, size: int) -> tuple[float
         if len(batch) >= size:
             break
     while len(texts) < len(audio):
-        for key, text, error in batch.step(lambda keys: ()):
+        for key, text, error in batch.step(lambda keys, encoding: ()):
             if error is not None:
                 raise error
             texts[key] = text

@@ -172,8 +172,8 @@ async def test_concurrent_requests_all_succeed(server):
 
 def test_saturated_engine_answers_503_with_retry_after_and_heartbeats_flow():
     """A second daemon running one job at a time with a one-job queue and fast heartbeats: the third concurrent
-    request is refused. (A batch admits queued jobs before every unit of work, so with a batch of several the second
-    request would be running, not queued.)"""
+    request is refused. (With a batch of several, the second request could join the running one between its steps
+    instead of queueing, depending on timing.)"""
     from tests.server import ServerThread
 
     overrides = {"engine": {"max_queue": 1, "max_batch": 1}, "server": {"port": 0, "sse_heartbeat_s": 0.2}}

@@ -8,10 +8,9 @@ daemon holds only its weights.
 A job is either a plain callable taking a ``check`` function, run alone, or a *program* for an engine that
 batches (``engine.batch()``, see engine/whisper/batch.py): programs run together, up to ``max_batch`` of them,
 joining the batch between its steps as they are queued (finals first) and leaving it as they end. A running
-preview yields to a queued final at its next check: a plain one is cancelled; in a batch the final joins before
-the next unit of work (one encoder block, or one token), which is then the final's own, and a full batch gives it
-the place of its newest preview; a preview's encode under way is paused, not lost. So a final never waits for
-more than one check interval of preview work.
+preview yields to a queued final at its next check: a plain one is cancelled; in a batch the final joins at the
+next step, a full batch gives it the place of its newest preview, and an encode of previews alone stops at its
+next layer. So a final never waits for more than one check interval of preview work.
 """
 
 from __future__ import annotations
@@ -80,7 +79,8 @@ class Batch(Protocol):
 
     def drop(self, keys: Collection[Any]) -> None: ...
 
-    def step(self, drop: Callable[[list[Any]], Collection[Any]]) -> list[tuple[Any, Any, BaseException | None]]: ...
+    def step(self, drop: Callable[[list[Any], bool], Collection[Any]]
+             ) -> list[tuple[Any, Any, BaseException | None]]: ...
 
 
 def clear_mlx_cache() -> None:
@@ -323,7 +323,7 @@ class EngineRuntime(Generic[E]):
                     stopped.append((job, exc))
             admitted = []
             try:
-                outcomes = batch.step(lambda keys: self._drop(keys, stopped))
+                outcomes = batch.step(lambda keys, encoding: self._drop(keys, encoding, stopped))
             except Exception as exc:  # a failure of the batch itself ends every job in it
                 log.exception("batch_failed", engine=self.name, jobs=len(self._batched))
                 outcomes = [(key, None, exc) for key in self._batched]
@@ -357,9 +357,10 @@ class EngineRuntime(Generic[E]):
             admitted.append(job)
         return admitted
 
-    def _drop(self, keys: list[tuple[int, int]], stopped: list[tuple[_Job, BaseException]]) -> list[tuple[int, int]]:
-        """The batch asks which of ``keys`` to stop before their next unit of work: the cancelled ones. (A final
-        needs no preemption here: it joins before the next unit, which is then its own.)"""
+    def _drop(self, keys: list[tuple[int, int]], encoding: bool, stopped: list[tuple[_Job, BaseException]]
+              ) -> list[tuple[int, int]]:
+        """The batch asks which of ``keys`` to stop before their next unit of work: the cancelled ones, and, when
+        a final is queued during an encode of previews alone, those previews."""
         jobs = [self._batched[k] for k in keys if k in self._batched]
         if self.trace is not None:
             with self._cv:
@@ -367,6 +368,14 @@ class EngineRuntime(Generic[E]):
                     self._trace("check", job)
         gone = [j for j in jobs if j.cancelled.is_set()]
         stopped.extend((j, JobCancelledError("job cancelled")) for j in gone)
+        rest = [j for j in jobs if not j.cancelled.is_set()]
+        if encoding and rest and all(j.priority == Priority.PREVIEW for j in rest) and self._final_waiting():
+            with self._cv:
+                for job in rest:
+                    job.cancelled.set()
+                    self._trace("preempted", job)
+                    stopped.append((job, Preempted("a final is waiting")))
+            gone += rest
         return [j.key for j in gone]
 
     def _final_waiting(self) -> bool:

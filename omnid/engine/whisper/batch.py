@@ -3,12 +3,11 @@
 A job is a *program*: a generator that yields the model work it needs (an ``Encode`` of a window, a ``Decode`` of
 one sequence) and is sent the result; everything else (language detection, word alignment, the fallback over
 temperatures, cutting a window into segments) runs inside it, between its requests. A ``WhisperBatch`` drives any
-number of programs. Each ``step`` does one unit of the smallest key's work: one stage of an encode (the
-convolutional stem, or one block, for all windows of that key's length started together), or one token for every
-live sequence (one decoder call for all, each row with its own KV cache, logit rules and stopping point). An encode
-is thus paused, not lost, while smaller keys' work goes first: a final queued behind a preview's 30 s window waits
-one block, and the preview carries on after it. Programs join at any step and leave when they end, so the runtime
-can feed it jobs as they come. A program alone in its batch runs exactly the solo computation.
+number of programs. Each ``step`` does the work of the smallest key first: either it encodes the windows waiting
+(one encoder call for all windows of that key's length) or it advances every live sequence by one token (one
+decoder call for all, each row with its own KV cache, logit rules and stopping point). Programs join at any step
+and leave when they end, so the runtime can feed it jobs as they come. A program alone in its batch runs exactly
+the solo computation.
 """
 
 from __future__ import annotations
@@ -46,21 +45,16 @@ class Decode:
 
 Program = Generator[Encode | Decode, Any, T]
 Outcome = tuple[Key, Any, BaseException | None]
-# Told the keys about to get a unit of model work; answers those to stop now (cancelled, or preempted).
-Drop = Callable[[list[Key]], Collection[Key]]
+# Told the keys about to get model work, and whether it is an encode (checked between its layers); answers those
+# to stop now (cancelled, or preempted).
+Drop = Callable[[list[Key], bool], Collection[Key]]
 
 NEG_INF = mx.array(-mx.inf, mx.float32)
 ZERO = mx.array(0.0, mx.float32)
 
 
-@dataclass(eq=False)
-class _Encoding:
-    """Windows of one length encoded together, between two units of work: ``x`` is the input of block ``block``.
-    A program dropped on the way keeps its row (the others' numbers stay exactly as they were) but gets nothing."""
-
-    keys: list[Key]  # one per row of x
-    x: mx.array
-    block: int = 0
+class _Abandoned(Exception):
+    """Every window of an encoder call was dropped."""
 
 
 class DecodeBatch:
@@ -171,9 +165,7 @@ class WhisperBatch:
         self.model = model
         self.decoder = decoder
         self.programs: dict[Key, Program] = {}
-        self.waiting: dict[Key, Encode] = {}  # programs whose window's encode has not started
-        self.encodings: list[_Encoding] = []  # encodes under way
-        self.live: set[Key] = set()  # programs in an encode under way
+        self.waiting: dict[Key, Encode] = {}  # programs waiting for an encoded window
         self.decodes = DecodeBatch(model)
         self._ended: list[Outcome] = []
 
@@ -191,87 +183,51 @@ class WhisperBatch:
             if program is not None:
                 program.close()
             self.waiting.pop(key, None)
-            self.live.discard(key)
-        self.encodings = [e for e in self.encodings if any(k in self.live for k in e.keys)]
         self.decodes.leave(keys)
 
     def step(self, drop: Drop) -> list[Outcome]:
         # The smallest key's work goes first: a final's decode is not held up by previews' encodes, nor a final's
-        # encode by previews' decoding or encoding.
-        work: list[tuple[Key, Any]] = [(min(k for k in e.keys if k in self.live), e) for e in self.encodings
-                                       if any(k in self.live for k in e.keys)]
-        if self.waiting:
-            work.append((min(self.waiting), None))
-        if self.decodes:
-            work.append((min(self.decodes.keys), self.decodes))
-        if work:
-            _, unit = min(work, key=lambda w: w[0])
-            if unit is self.decodes:
-                self._decode(drop)
-            else:
-                self._encode(unit, drop)
+        # encode by previews' decoding.
+        if self.waiting and (not self.decodes or min(self.waiting) < min(self.decodes.keys)):
+            self._encode(drop)
+        elif self.decodes:
+            self._decode(drop)
         ended, self._ended = self._ended, []
         return ended
 
     # --- model work -------------------------------------------------------------------------------------
 
-    def _encode(self, encoding: _Encoding | None, drop: Drop) -> None:
-        """One unit of an encode: the stem of the waiting windows of the smallest key's length (a new encode), or
-        the next block of one under way (the last block with the final norm, whose output goes to the programs)."""
-        if encoding is None:
-            shape = self.waiting[min(self.waiting)].mel.shape
-            keys = sorted(k for k, r in self.waiting.items() if r.mel.shape == shape)
-        else:
-            keys = [k for k in encoding.keys if k in self.live]
-        gone = [k for k in drop(keys) if k in self.programs]
-        if gone:
-            self.drop(gone)
-        if encoding is None:
-            keys = [k for k in keys if k in self.waiting]
-            if not keys:
-                return
-            mels = [self.waiting.pop(k).mel for k in keys]
-            encoding = _Encoding(keys, mels[0][None] if len(mels) == 1 else mx.stack(mels))
-            self.live.update(keys)
-            self.encodings.append(encoding)
-            start = True
-        elif not any(k in self.live for k in encoding.keys):
-            return
-        else:
-            start = False
+    def _encode(self, drop: Drop) -> None:
+        shape = self.waiting[min(self.waiting)].mel.shape
+        keys = sorted(k for k, r in self.waiting.items() if r.mel.shape == shape)
+
+        def between_layers() -> None:
+            gone = [k for k in drop(keys, True) if k in self.programs]
+            if gone:
+                self.drop(gone)
+            if not any(k in self.waiting for k in keys):
+                raise _Abandoned
+
         try:
-            last = self._advance(encoding, start)
+            between_layers()
+            keys[:] = [k for k in keys if k in self.waiting]
+            mels = [self.waiting[k].mel for k in keys]
+            batch = mels[0][None] if len(mels) == 1 else mx.stack(mels)
+            features = self.model.encoder(batch, between_layers=between_layers)
+            mx.eval(features)
+        except _Abandoned:
+            return
         except Exception as exc:
-            self.encodings.remove(encoding)
-            for k in encoding.keys:
-                if k in self.live:
-                    self.live.discard(k)
+            for k in keys:
+                if k in self.waiting:
                     self._fail(k, exc)
             return
-        if last:
-            self.encodings.remove(encoding)
-            features, solo = encoding.x, len(encoding.keys) == 1
-            for i, key in enumerate(encoding.keys):
-                if key in self.live:
-                    self.live.discard(key)
-                    self._resume(key, features if solo else features[i : i + 1])
-
-    def _advance(self, encoding: _Encoding, start: bool) -> bool:
-        """Runs an encoding's next unit (its mels through the stem, or the next block); True after the last."""
-        encoder = self.model.encoder
-        if start:
-            encoding.x = encoder.embed(encoding.x)
-        else:
-            encoding.x = encoder.blocks[encoding.block](encoding.x)[0]
-            encoding.block += 1
-        last = encoding.block == len(encoder.blocks)
-        if last:
-            encoding.x = encoder.ln_post(encoding.x)
-        mx.eval(encoding.x)
-        return last
+        for i, key in enumerate(keys):
+            if self.waiting.pop(key, None) is not None:
+                self._resume(key, features if len(keys) == 1 else features[i : i + 1])
 
     def _decode(self, drop: Drop) -> None:
-        gone = [k for k in drop(list(self.decodes.keys)) if k in self.programs]
+        gone = [k for k in drop(list(self.decodes.keys), False) if k in self.programs]
         if gone:
             self.drop(gone)
         if not self.decodes:
@@ -316,7 +272,6 @@ class WhisperBatch:
         if program is not None:
             program.close()
         self.waiting.pop(key, None)
-        self.live.discard(key)
         self._ended.append((key, None, error))
 
 
@@ -325,7 +280,7 @@ def run_alone(batch: WhisperBatch, program: Program[T], check: Callable[[], None
     is raised here."""
     stopped: list[BaseException] = []
 
-    def drop(keys: list[Key]) -> Collection[Key]:
+    def drop(keys: list[Key], encoding: bool) -> Collection[Key]:
         try:
             check()
         except BaseException as exc:

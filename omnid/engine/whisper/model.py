@@ -7,7 +7,7 @@ float32: on the CPU backend float16 matmuls are ~5x slower, and on Metal float32
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -123,20 +123,19 @@ class AudioEncoder(nn.Module):
         self.blocks = [ResidualAttentionBlock(n_state, n_head) for _ in range(n_layer)]
         self.ln_post = nn.LayerNorm(n_state)
 
-    def __call__(self, mel: mx.array) -> mx.array:
+    def __call__(self, mel: mx.array, between_layers: Callable[[], None] | None = None) -> mx.array:
         """mel: (batch, frames, n_mels) with frames <= 2 * n_ctx. Fewer frames than a full window are
         encoded as they are (no padding to 30 s); the caller chooses."""
-        x = self.embed(mel)
-        for block in self.blocks:
-            x, _ = block(x)
-        return self.ln_post(x)
-
-    def embed(self, mel: mx.array) -> mx.array:
-        """The convolutional stem and positions: the input of the first block. A batch that pauses an encode
-        between blocks runs ``embed``, each of ``blocks`` and ``ln_post`` as separate units of work."""
         x = gelu(self.conv1(mel))
         x = gelu(self.conv2(x))
-        return x + self.positional_embedding[: x.shape[1]]
+        x = x + self.positional_embedding[: x.shape[1]]
+        for block in self.blocks:
+            x, _ = block(x)
+            if between_layers is not None:
+                # Evaluating layer by layer lets a cancelled job stop inside the encoder.
+                mx.eval(x)
+                between_layers()
+        return self.ln_post(x)
 
 
 class TextDecoder(nn.Module):
