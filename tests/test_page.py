@@ -135,10 +135,11 @@ def wait_for(driver, condition, timeout: float, what: str):
     return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: condition(d), message=what)
 
 
-async def offline_text(server, path: Path) -> str:
+async def offline_text(server, path: Path, headers: dict | None = None) -> str:
     form = aiohttp.FormData()
     form.add_field("file", path.read_bytes(), filename=path.name)
-    async with aiohttp.ClientSession() as http, http.post(server.url + "/v1/audio/transcriptions", data=form) as r:
+    async with aiohttp.ClientSession(headers=headers) as http, \
+            http.post(server.url + "/v1/audio/transcriptions", data=form) as r:
         assert r.status == 200
         return (await r.json())["text"]
 
@@ -211,6 +212,61 @@ async def test_an_uploaded_file_streams_its_transcript_onto_the_page(server):
     assert has_copy
     grown = [s for s in seen if s.strip()]
     assert grown and grown[-1].strip() == text.strip()
+
+
+async def test_with_an_api_key_the_page_asks_for_it_and_every_call_carries_it():
+    """A daemon with a key: the page loads without it and says the models could not be listed; once the key is
+    entered, models, a file transcription (fetch) and the microphone (WebSocket) all work."""
+    from selenium.webdriver.common.by import By
+
+    fake_mic = ("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                f"--use-file-for-fake-audio-capture={CLIP}%noloop")
+
+    def run(url: str) -> tuple[str, str, str]:
+        with chromium(*fake_mic) as driver, screenshot_on_failure(driver, "api-key"):
+            driver.get(url + "/")
+            wait_for(driver, lambda d: "401" in d.find_element(By.ID, "mic-error").text, 30, "the models refused")
+            refused = driver.find_element(By.ID, "mic-error").text
+            key = driver.find_element(By.ID, "api-key")
+            key.send_keys(KEY)
+            driver.find_element(By.ID, "model").click()  # leaving the field commits it
+            wait_for(driver, lambda d: "tiny.en" in [o.get_attribute("value")
+                                                     for o in d.find_elements(By.CSS_SELECTOR, "#model option")],
+                     30, "the models with the key")
+            driver.find_element(By.ID, "file-input").send_keys(str(CLIP))
+            wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#file-transcript p.final")
+                     or d.find_element(By.ID, "file-error").text, 60, "the file's transcript")
+            text = driver.find_element(By.ID, "file-transcript").text + driver.find_element(By.ID, "file-error").text
+            driver.find_element(By.ID, "mic-toggle").click()
+            wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#mic-transcript p")
+                     or d.find_element(By.ID, "mic-error").text, 30, "a partial from the microphone")
+            heard = driver.find_element(By.ID, "mic-transcript").text + driver.find_element(By.ID, "mic-error").text
+            driver.find_element(By.ID, "mic-toggle").click()
+            assert driver.execute_script("return localStorage.getItem('omnid.apiKey')") == KEY
+            return refused, text, heard
+
+    with ServerThread(overrides={"server": {"port": 0}, "security": {"api_key": KEY}}) as srv:
+        offline = await offline_text(srv, CLIP, {"Authorization": f"Bearer {KEY}"})
+        refused, text, heard = await asyncio.to_thread(run, srv.url)
+    assert "invalid_api_key" in refused or "API key" in refused, refused
+    assert words_apart(offline, text) == 0, (offline, text)
+    assert tokens(heard, "en") and tokens(heard, "en")[0] == tokens(offline, "en")[0], heard
+
+
+async def test_a_refused_microphone_is_said_plainly(server):
+    from selenium.webdriver.common.by import By
+
+    def run() -> tuple[str, str]:
+        with chromium("--use-fake-device-for-media-stream", "--deny-permission-prompts") as driver, \
+                screenshot_on_failure(driver, "refused"):
+            driver.get(server.url + "/")
+            driver.find_element(By.ID, "mic-toggle").click()
+            wait_for(driver, lambda d: d.find_element(By.ID, "mic-error").text, 15, "the refusal")
+            return (driver.find_element(By.ID, "mic-error").text,
+                    driver.find_element(By.ID, "mic-toggle").get_attribute("aria-pressed"))
+
+    message, pressed = await asyncio.to_thread(run)
+    assert "microphone was refused" in message and pressed == "false"
 
 
 class OtherOrigin:
