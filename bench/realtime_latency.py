@@ -190,12 +190,12 @@ async def _settled(ws, dialect: str, state: dict) -> bool:
     return state["completed"] >= state["committed"] > 0
 
 
-async def single(url: str, clips: list[Clip]) -> list[Utterance]:
-    out = []
+async def single(url: str, clips: list[Clip], offline_only: bool = False) -> list[Utterance]:
+    out: list[Utterance] = []
     async with aiohttp.ClientSession() as http:
         for clip in clips:
             await offline(http, url, clip)
-        for dialect in ("openai", "voxt"):
+        for dialect in () if offline_only else ("openai", "voxt"):
             for clip in clips:
                 out.append(await speak(http, url, clip, dialect, lead_s=0.5))
     return out
@@ -262,8 +262,9 @@ HEADER = ("| daemon, phase | dialect | clips | final latency p50 / p95 s | first
 def bench(name: str, cwd: Path, clips: list[Clip], args) -> None:
     daemon = Daemon(args.serve_args, cwd)
     try:
-        one = asyncio.run(single(daemon.url, clips))
-        report(f"{name}, 1 session", one, args.show)
+        one = asyncio.run(single(daemon.url, clips, args.no_single))
+        if not args.no_single:
+            report(f"{name}, 1 session", one, args.show)
         if args.sessions:
             many = asyncio.run(concurrent(daemon.url, clips, args.sessions, args.minutes))
             report(f"{name}, {args.sessions} sessions", many, args.show)
@@ -279,6 +280,7 @@ def main() -> None:
     ap.add_argument("--baseline", metavar="REV", help="also run the daemon of this git revision (first)")
     ap.add_argument("--only-baseline", action="store_true", help="run only the baseline daemon")
     ap.add_argument("--show", action="store_true", help="print the texts that differ from offline")
+    ap.add_argument("--no-single", action="store_true", help="skip phase 2 (one session at a time)")
     ap.add_argument("serve_args", nargs="*", help="extra arguments for omnid serve (after --)")
     args = ap.parse_args()
 

@@ -44,7 +44,7 @@ def run_batch(engine, programs: list, join_at: dict[int, int], record: dict) -> 
         for i, program in enumerate(programs):
             if join_at.get(i, 0) == step:
                 batch.add(i, program)
-        record["decoded"] = max(record.get("decoded", 0), len(batch.decodes))
+        record["decoded"] = max(record.get("decoded", 0), batch.decoding)
         for key, result, error in batch.step(lambda keys, encoding: ()):
             assert error is None, error
             results[key] = result

@@ -74,7 +74,7 @@ class RedecodingEngine(TranscriptionEngine, Protocol):
 class BatchingEngine(TranscriptionEngine, Protocol):
     """An engine that runs many jobs together: each job is a program, ``batch()`` runs any number of them."""
 
-    def batch(self) -> Any: ...
+    def batch(self, lane: Callable[[Any], Any] | None = None) -> Any: ...
 
     def transcribe_program(self, audio: np.ndarray, opts: TranscribeOptions,
                            on_segment: Callable[[Segment], None] | None = None,

@@ -301,7 +301,7 @@ class EngineRuntime(Generic[E]):
 
     def _serve_batch(self, first: _Job) -> None:
         """Runs programs together, admitting queued ones before every step, until none is left."""
-        batch: Batch = self.engine.batch()  # type: ignore[attr-defined]
+        batch: Batch = self._new_batch()
         admitted = [first]
         while True:
             with self._cv:
@@ -327,7 +327,7 @@ class EngineRuntime(Generic[E]):
             except Exception as exc:  # a failure of the batch itself ends every job in it
                 log.exception("batch_failed", engine=self.name, jobs=len(self._batched))
                 outcomes = [(key, None, exc) for key in self._batched]
-                batch = self.engine.batch()  # type: ignore[attr-defined]
+                batch = self._new_batch()
             for key, result, error in outcomes:
                 self._end(self._batched[key], result, error)
             for job, error in stopped:
@@ -335,6 +335,10 @@ class EngineRuntime(Generic[E]):
                 self._end(job, None, error)
         if idle:
             clear_mlx_cache()
+
+    def _new_batch(self) -> Batch:
+        # One decode lane per priority: a preview's rows never slow down the finals' decode steps.
+        return self.engine.batch(lane=_priority)  # type: ignore[attr-defined]
 
     def _admit(self, batch: Batch) -> list[_Job]:
         """Queued programs that join the batch now, finals first; a final finding it full takes the place of its
@@ -402,6 +406,10 @@ class EngineRuntime(Generic[E]):
     def _trace(self, event: str, job: _Job) -> None:
         if self.trace is not None:
             self.trace(event, Priority(job.priority), job.seq)
+
+
+def _priority(key: tuple[int, int]) -> int:
+    return key[0]
 
 
 def _post(job: _Job, result: Any, error: BaseException | None) -> None:

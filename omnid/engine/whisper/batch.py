@@ -159,14 +159,20 @@ def _stack(a: KVCache, b: KVCache) -> KVCache:
 class WhisperBatch:
     """Drives programs (see the module docstring). ``step`` does one unit of model work and returns the programs
     that ended: (key, result, None) or (key, None, error). Keys order the work: the smallest key's goes first,
-    so a runtime that keys jobs by (priority, arrival) serves finals first."""
+    so a runtime that keys jobs by (priority, arrival) serves finals first.
 
-    def __init__(self, model: Whisper, decoder: WindowDecoder):
+    ``lane`` puts each key's decoding in a lane: sequences step together only with those of their own lane, and
+    the lane holding the smallest key steps first. A runtime that gives each priority its own lane keeps previews
+    out of the finals' decode steps, where every extra row makes each of the finals' tokens slower."""
+
+    def __init__(self, model: Whisper, decoder: WindowDecoder, lane: Callable[[Key], Any] = lambda key: 0):
         self.model = model
         self.decoder = decoder
+        self.lane = lane
         self.programs: dict[Key, Program] = {}
         self.waiting: dict[Key, Encode] = {}  # programs waiting for an encoded window
-        self.decodes = DecodeBatch(model)
+        self.lanes: dict[Any, DecodeBatch] = {}  # live sequences by lane
+        self._text_model = model
         self._ended: list[Outcome] = []
 
     def __len__(self) -> int:
@@ -183,15 +189,23 @@ class WhisperBatch:
             if program is not None:
                 program.close()
             self.waiting.pop(key, None)
-        self.decodes.leave(keys)
+        for decodes in self.lanes.values():
+            decodes.leave(keys)
+
+    @property
+    def decoding(self) -> int:
+        """Sequences decoding, all lanes together."""
+        return sum(len(d) for d in self.lanes.values())
 
     def step(self, drop: Drop) -> list[Outcome]:
         # The smallest key's work goes first: a final's decode is not held up by previews' encodes, nor a final's
         # encode by previews' decoding.
-        if self.waiting and (not self.decodes or min(self.waiting) < min(self.decodes.keys)):
+        lanes = [d for d in self.lanes.values() if d]
+        decodes = min(lanes, key=lambda d: min(d.keys)) if lanes else None
+        if self.waiting and (decodes is None or min(self.waiting) < min(decodes.keys)):
             self._encode(drop)
-        elif self.decodes:
-            self._decode(drop)
+        elif decodes is not None:
+            self._decode(decodes, drop)
         ended, self._ended = self._ended, []
         return ended
 
@@ -226,16 +240,16 @@ class WhisperBatch:
             if self.waiting.pop(key, None) is not None:
                 self._resume(key, features if len(keys) == 1 else features[i : i + 1])
 
-    def _decode(self, drop: Drop) -> None:
-        gone = [k for k in drop(list(self.decodes.keys), False) if k in self.programs]
+    def _decode(self, decodes: DecodeBatch, drop: Drop) -> None:
+        gone = [k for k in drop(list(decodes.keys), False) if k in self.programs]
         if gone:
             self.drop(gone)
-        if not self.decodes:
+        if not decodes:
             return
-        logits = self.decodes.step()
-        ended = [(k, s) for k, s, row in zip(self.decodes.keys, self.decodes.sequences, logits) if s.choose(row)]
+        logits = decodes.step()
+        ended = [(k, s) for k, s, row in zip(decodes.keys, decodes.sequences, logits) if s.choose(row)]
         if ended:
-            self.decodes.leave({k for k, _ in ended})
+            decodes.leave({k for k, _ in ended})
         for key, sequence in ended:
             self._resume(key, sequence.result(self.decoder.tok))
 
@@ -263,7 +277,10 @@ class WhisperBatch:
                 self._fail(key, exc)
                 return
             if not sequence.choose(logits):
-                self.decodes.join(key, sequence, self_kv, request.cross)
+                lane = self.lane(key)
+                if lane not in self.lanes:
+                    self.lanes[lane] = DecodeBatch(self._text_model)
+                self.lanes[lane].join(key, sequence, self_kv, request.cross)
                 return
             value = sequence.result(self.decoder.tok)  # done at its first token: straight back to the program
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import mlx.core as mx
 import numpy as np
@@ -120,9 +120,9 @@ class WhisperEngine:
 
     # --- jobs, run alone --------------------------------------------------------------------------------
 
-    def batch(self) -> WhisperBatch:
-        """A batch to run many programs (``*_program``) together on this model."""
-        return WhisperBatch(self.model, self.decoder)
+    def batch(self, lane: Callable[[Any], Any] | None = None) -> WhisperBatch:
+        """A batch to run many programs (``*_program``) together on this model; ``lane`` as in WhisperBatch."""
+        return WhisperBatch(self.model, self.decoder) if lane is None else WhisperBatch(self.model, self.decoder, lane)
 
     def transcribe(
         self,
