@@ -41,6 +41,8 @@ class EngineConfig(msgspec.Struct, forbid_unknown_fields=True):
     max_queue: int = 16
     # Jobs one model runs together (windows encoded as one batch, decoders stepped together); 1: one at a time.
     max_batch: int = 4
+    # Seconds an engine (VAD included) must have been idle before MLX's buffer cache is released.
+    idle_clear_s: float = 1.0
 
 
 class TranscriptionConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -264,6 +266,8 @@ def _check_values(config: Config) -> None:
         raise ConfigError("engine.max_queue must be at least 1")
     if not 1 <= config.engine.max_batch <= 64:
         raise ConfigError("engine.max_batch must be between 1 and 64")
+    if not 0.01 <= config.engine.idle_clear_s <= 3600:
+        raise ConfigError("engine.idle_clear_s must be between 0.01 and 3600")
     if not 0 <= config.server.port <= 65535:
         raise ConfigError("server.port must be between 0 and 65535")
     if not 0 < config.server.sse_heartbeat_s <= 300:

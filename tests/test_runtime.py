@@ -211,3 +211,46 @@ async def test_file_jobs_are_not_preempted_by_finals():
     runtime.close()
     assert [e for e in events if e[0] in ("started", "finished")] == [
         ("started", "FILE"), ("finished", "FILE"), ("started", "FINAL"), ("finished", "FINAL")]
+
+
+async def test_the_mlx_cache_is_released_once_idle_not_between_busy_jobs():
+    """Jobs back to back (gaps well under idle_clear_s) leave the cache alone; once the runtime has been idle for
+    idle_clear_s it is released, once, and a real MLX job's buffers are gone from the cache."""
+    import mlx.core as mx
+
+    def work(check) -> float:
+        a = mx.random.normal((512, 512))
+        mx.eval(a @ a)  # leaves buffers in MLX's cache
+        return float(mx.get_cache_memory())
+
+    runtime = EngineRuntime("mlx-work", Blocker, 4, idle_clear_s=0.5)
+    released: list[float] = []
+
+    def on_idle() -> None:
+        mx.clear_cache()
+        released.append(time.monotonic())
+
+    runtime.on_idle = on_idle
+    runtime.start()
+    await runtime.wait_loaded()
+    try:
+        cached = []
+        for _ in range(10):
+            cached.append(await runtime.submit(work))
+            await asyncio.sleep(0.05)
+        assert released == [] and max(cached) > 0
+        done = time.monotonic()
+        await _wait_for(lambda: released, 5)
+        assert 0.4 <= released[0] - done <= 3
+        assert mx.get_cache_memory() == 0
+        await asyncio.sleep(1.0)
+        assert len(released) == 1  # idle and already released: nothing more to do
+    finally:
+        runtime.close()
+
+
+def test_the_idle_release_delay_is_checked_when_the_config_loads():
+    from omnid.config import ConfigError
+
+    with pytest.raises(ConfigError, match="engine.idle_clear_s"):
+        load_config(overrides={"engine": {"idle_clear_s": 0}})

@@ -44,7 +44,8 @@ ENGINES: dict[str, Callable[[ModelConfig, Config], Callable[[], TranscriptionEng
 def model_runtime(model: ModelConfig, config: Config) -> EngineRuntime[TranscriptionEngine]:
     """One runtime (worker thread, queue) for a configured model, built by its kind."""
     return EngineRuntime(model.id, ENGINES[model.kind](model, config), config.engine.max_queue,
-                         final_reserve=config.realtime.max_sessions, max_batch=config.engine.max_batch)
+                         final_reserve=config.realtime.max_sessions, max_batch=config.engine.max_batch,
+                         idle_clear_s=config.engine.idle_clear_s)
 
 
 def transcribe_options(

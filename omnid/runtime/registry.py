@@ -41,7 +41,7 @@ class Services:
         # The realtime batcher has at most one job queued at a time, at FINAL priority: the reserve keeps a queue
         # full of file requests from ever refusing a live session's audio.
         services.vad = EngineRuntime(config.vad.id, lambda: SileroVAD.load(weights), config.vad.max_queue,
-                                     final_reserve=1)
+                                     final_reserve=1, idle_clear_s=config.engine.idle_clear_s)
         services.vad_batcher = VadBatcher(services.vad)
         return services
 

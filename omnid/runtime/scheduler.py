@@ -2,8 +2,8 @@
 
 asyncio code submits jobs and awaits them. Jobs wait in a priority queue (realtime finals before previews before
 file jobs, first come first served within a class), capped in length; a cancelled job is dropped while queued and
-stopped at its next check while running. When the queue drains, the MLX buffer cache is released so an idle
-daemon holds only its weights.
+stopped at its next check while running. Once the queue has been empty for ``idle_clear_s``, the MLX buffer cache
+is released so an idle daemon holds only its weights.
 
 A job is either a plain callable taking a ``check`` function, run alone, or a *program* for an engine that
 batches (``engine.batch()``, see engine/whisper/batch.py): programs run together, up to ``max_batch`` of them,
@@ -93,7 +93,7 @@ class EngineRuntime(Generic[E]):
     programs up to ``max_batch`` together."""
 
     def __init__(self, name: str, factory: Callable[[], E], max_queue: int, final_reserve: int = 0,
-                 max_batch: int = 1):
+                 max_batch: int = 1, idle_clear_s: float = 1.0):
         if max_queue < 1 or final_reserve < 0 or max_batch < 1:
             raise ValueError("max_queue and max_batch must be at least 1 and final_reserve not negative")
         self.name = name
@@ -102,6 +102,12 @@ class EngineRuntime(Generic[E]):
         # Realtime finals may queue past max_queue by this many (one per session at most), so a burst of file
         # jobs or previews never costs a session its final.
         self.final_reserve = final_reserve
+        # The MLX buffer cache (one per process, shared by every engine) is released once this runtime has had
+        # nothing to do for this long. Not at once: a VAD runtime goes idle between every two batches, many times a
+        # second under load, and each release made the next batch (and the other engines) allocate afresh.
+        self.idle_clear_s = idle_clear_s
+        self.on_idle: Callable[[], None] = clear_mlx_cache
+        self._dirty = False  # work ran since the cache was last released
         self._factory = factory
         self._engine: E | None = None
         self._heap: list[_Job] = []
@@ -246,9 +252,14 @@ class EngineRuntime(Generic[E]):
         while True:
             with self._cv:
                 while not self._heap and not self._closing:
-                    self._cv.wait()
+                    if self._dirty and not self._cv.wait(self.idle_clear_s) and not self._heap:
+                        self._dirty = False
+                        self.on_idle()
+                    elif not self._dirty:
+                        self._cv.wait()
                 if self._closing:
                     return
+                self._dirty = True
                 job = heapq.heappop(self._heap)
                 self._queued -= 1
                 self._running += 1
@@ -264,14 +275,11 @@ class EngineRuntime(Generic[E]):
             with self._cv:
                 self._current = None
                 self._running -= 1
-                idle = not self._heap
                 self._trace("cancelled" if outcome is None or isinstance(outcome[1], JobCancelledError)
                             else "finished", job)
             # The count drops before the caller hears back, so an answered request is never seen as running.
             if outcome is not None:
                 _post(job, *outcome)
-            if idle:
-                clear_mlx_cache()
 
     def _run(self, job: _Job) -> tuple[Any, BaseException | None] | None:
         if job.cancelled.is_set():
@@ -311,7 +319,6 @@ class EngineRuntime(Generic[E]):
                     return
                 admitted += self._admit(batch)
                 if not self._batched:
-                    idle = not self._heap
                     break
             stopped: list[tuple[_Job, BaseException]] = []
             for job in admitted:
@@ -333,8 +340,6 @@ class EngineRuntime(Generic[E]):
             for job, error in stopped:
                 batch.drop([job.key])
                 self._end(job, None, error)
-        if idle:
-            clear_mlx_cache()
 
     def _new_batch(self) -> Batch:
         # One decode lane per priority: a preview's rows never slow down the finals' decode steps.
