@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Headless Chromium and its driver for the page's browser test (tests/test_page.py): Debian's chromium and
 # chromium-driver, installed when missing and possible (root with apt-get). Best effort: without them the browser
-# tests fail in CI (CI=true) and are skipped elsewhere, saying what to install.
+# tests fail, saying what to install.
 set -euo pipefail
 log=${TMPDIR:-/tmp}/omnid-setup.log
 if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then

@@ -37,7 +37,7 @@ def run_batch(engine, programs: list, join_at: dict[int, int], record: dict) -> 
         record["encoded"] = max(record.get("encoded", 0), mel.shape[0])
         return real_encoder(mel, between_layers=between_layers)
 
-    batch.model = SimpleNamespace(encoder=encoder)
+    batch.model = SimpleNamespace(encoder=encoder, decoder=batch.model.decoder)
     results: dict[int, object] = {}
     step = 0
     while len(results) < len(programs):

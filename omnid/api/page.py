@@ -4,6 +4,7 @@ step, no CDN). Only the files present at start-up are served, by exact name, so 
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import PurePosixPath
 
 from aiohttp import web
 
@@ -22,7 +23,7 @@ def _files() -> dict[str, tuple[bytes, str]]:
     folder = resources.files("omnid") / "web"
     files = {}
     for entry in folder.iterdir():
-        suffix = "." + entry.name.rsplit(".", 1)[-1] if "." in entry.name else ""
+        suffix = PurePosixPath(entry.name).suffix
         if entry.is_file() and suffix in CONTENT_TYPES:
             files[entry.name] = (entry.read_bytes(), CONTENT_TYPES[suffix])
     return files

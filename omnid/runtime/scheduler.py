@@ -252,11 +252,11 @@ class EngineRuntime(Generic[E]):
         while True:
             with self._cv:
                 while not self._heap and not self._closing:
-                    if self._dirty and not self._cv.wait(self.idle_clear_s) and not self._heap:
+                    if not self._dirty:
+                        self._cv.wait()
+                    elif not self._cv.wait(self.idle_clear_s) and not self._heap:
                         self._dirty = False
                         self.on_idle()
-                    elif not self._dirty:
-                        self._cv.wait()
                 if self._closing:
                     return
                 self._dirty = True

@@ -165,14 +165,13 @@ class WhisperBatch:
     the lane holding the smallest key steps first. A runtime that gives each priority its own lane keeps previews
     out of the finals' decode steps, where every extra row makes each of the finals' tokens slower."""
 
-    def __init__(self, model: Whisper, decoder: WindowDecoder, lane: Callable[[Key], Any] = lambda key: 0):
+    def __init__(self, model: Whisper, decoder: WindowDecoder, lane: Callable[[Key], Any] | None = None):
         self.model = model
         self.decoder = decoder
-        self.lane = lane
+        self.lane: Callable[[Key], Any] = lane or (lambda key: 0)
         self.programs: dict[Key, Program] = {}
         self.waiting: dict[Key, Encode] = {}  # programs waiting for an encoded window
         self.lanes: dict[Any, DecodeBatch] = {}  # live sequences by lane
-        self._text_model = model
         self._ended: list[Outcome] = []
 
     def __len__(self) -> int:
@@ -279,7 +278,7 @@ class WhisperBatch:
             if not sequence.choose(logits):
                 lane = self.lane(key)
                 if lane not in self.lanes:
-                    self.lanes[lane] = DecodeBatch(self._text_model)
+                    self.lanes[lane] = DecodeBatch(self.model)
                 self.lanes[lane].join(key, sequence, self_kv, request.cross)
                 return
             value = sequence.result(self.decoder.tok)  # done at its first token: straight back to the program

@@ -122,7 +122,7 @@ class WhisperEngine:
 
     def batch(self, lane: Callable[[Any], Any] | None = None) -> WhisperBatch:
         """A batch to run many programs (``*_program``) together on this model; ``lane`` as in WhisperBatch."""
-        return WhisperBatch(self.model, self.decoder) if lane is None else WhisperBatch(self.model, self.decoder, lane)
+        return WhisperBatch(self.model, self.decoder, lane)
 
     def transcribe(
         self,
