@@ -89,9 +89,9 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
     # resuming cancels it. At or above the turn's silence_duration_ms it changes nothing.
     speculate_after_ms: int = 200
     # The model counts as busy while more than this many finals (of any session) are queued or running on it. Then
-    # server VAD starts no speculation, and finals are encoded with busy_final_window: "content" costs a short
-    # segment a fraction of a padded 30 s window on a CPU, at a small accuracy cost; "full" keeps finals exactly as
-    # offline whatever the load.
+    # no preview starts and server VAD starts no speculation, and finals are encoded with busy_final_window:
+    # "content" costs a short segment a fraction of a padded 30 s window on a CPU, at a small accuracy cost; "full"
+    # keeps finals exactly as offline whatever the load.
     busy_finals: int = 1
     busy_final_window: Literal["full", "content"] = "content"
     # Speech probability that opens a segment to decoding when turns are manual (server VAD has its own).

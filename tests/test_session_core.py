@@ -185,9 +185,9 @@ async def test_a_speculative_final_is_the_only_decode_of_its_turn(vad, stand_in)
     assert n < 0.3 * 16000 + len(a) + 0.45 * 16000, n
 
 
-async def test_a_model_busy_with_other_finals_gets_no_speculation_and_a_cheaper_final(vad, stand_in):
-    """Two other sessions' finals hold the model (more than realtime.busy_finals): the pause starts no speculation,
-    and the turn's one final, of all of it, is encoded with busy_final_window once the model is free. Idle, the
+async def test_a_model_busy_with_other_finals_gets_no_preview_no_speculation_and_a_cheaper_final(vad, stand_in):
+    """Two other sessions' finals hold the model (more than realtime.busy_finals): no preview starts, the pause
+    starts no speculation, and the turn's one final, of all of it, is encoded with busy_final_window once the model is free. Idle, the
     same turn speculates and its final takes the transcription window."""
     runtime, fake = stand_in
     windows: list[str] = []
@@ -209,7 +209,9 @@ async def test_a_model_busy_with_other_finals_gets_no_speculation_and_a_cheaper_
     assert CONFIG.realtime.busy_finals == 1 and CONFIG.realtime.busy_final_window == "content"
     others = [asyncio.ensure_future(runtime.submit(other_final, Priority.FINAL)) for _ in range(2)]
     s, events = session(openai.RULES, runtime, vad, turns=ServerVad())
-    await feed(s, np.concatenate([silence(0.5), turn, silence(1.5)]))
+    await feed(s, np.concatenate([silence(0.5), turn]))
+    assert runtime.in_flight(Priority.PREVIEW) == 0  # mid-turn, and no preview is waiting for the model
+    await feed(s, silence(1.5))
     assert s.speculations == 0
     release.set()
     assert await asyncio.gather(*others) == ["other", "other"]
@@ -224,6 +226,7 @@ async def test_a_model_busy_with_other_finals_gets_no_speculation_and_a_cheaper_
     await feed(s, np.concatenate([silence(0.5), turn, silence(1.5)]))
     await s.drain()
     assert s.speculations >= 1 and windows[-1] == CONFIG.transcription.window == "full"
+    assert [e for e in events if isinstance(e, de.Preview)]
 
 
 async def test_a_speculative_final_with_the_real_engine_holds_the_whole_paused_turn(vad, tiny):

@@ -11,7 +11,7 @@ that cannot be queued is skipped, so a machine that falls behind thins previews 
 With server VAD the final starts before the turn is over: once speech has paused for ``speculate_after_ms`` the
 segment so far is decoded at FINAL priority (a speculation); speech resuming cancels it, the turn ending makes
 its result the final. While one is pending no preview starts, so the text it continues cannot grow under it.
-While other sessions' finals keep the model busy there is no speculation, and finals take the cheaper window
+While other sessions' finals keep the model busy there is no preview and no speculation, and finals take the cheaper window
 (``busy_finals``, ``busy_final_window``), so a loaded model catches up instead of falling further behind.
 """
 
@@ -403,6 +403,8 @@ class Session:
             return
         if self._speculation is not None:
             return  # the final is decoding: its prefix must not grow, and its result supersedes any preview
+        if self._busy():
+            return  # other sessions' finals come first: a preview now would only delay them
         end = self.buffer.end
         if seg.previewed_to is None:
             due = end - seg.speech_at >= self.config.first_preview_s * SAMPLE_RATE
