@@ -85,6 +85,30 @@ def test_streams_are_independent_and_batching_changes_nothing(vad):
     np.testing.assert_allclose(got_b[:n_b], alone_b[:n_b], atol=1e-5)
 
 
+def test_the_cpu_step_is_the_mlx_step(vad):
+    """On MLX's CPU backend a step runs in numpy (the ONNX tests above go through it there); the MLX graph, which
+    Metal runs, gives the same probabilities and LSTM state on real speech, one stream and a batch of five."""
+    import mlx.core as mx
+
+    assert mx.default_device() == mx.cpu  # this machine: step() is the numpy path
+    audio = _clip("librispeech_1688")
+    for n in (1, 5):
+        windows = VadStream().take_windows(audio[: 512 * 40 * n])
+        h = np.zeros((n, 128), np.float32)
+        c = np.zeros((n, 128), np.float32)
+        h_mlx, c_mlx, top = h, c, 0.0
+        for k in range(40):
+            x = np.stack(windows[k * n : (k + 1) * n])
+            p, h, c = vad.cpu().step(x, h, c)
+            p_mlx, h_mlx, c_mlx = vad.step_mlx(x, h_mlx, c_mlx)
+            np.testing.assert_allclose(p, p_mlx, atol=1e-5)
+            np.testing.assert_allclose(h, h_mlx, atol=1e-5)
+            np.testing.assert_allclose(c, c_mlx, atol=1e-5)
+            assert p.shape == (n,) and p.dtype == np.float32
+            top = max(top, float(p.max()))
+        assert top > 0.9  # speech was seen, not just silence compared
+
+
 def test_stream_state_is_fixed_in_size_and_resets(vad):
     stream = VadStream()
     audio = _clip("ljspeech_LJ001-0001")

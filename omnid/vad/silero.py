@@ -3,6 +3,10 @@
 Each step sees 576 samples (64 of context from the previous window + 512 new) and returns the probability that
 the 512 new samples are speech. One loaded model serves every stream: a stream owns only its LSTM state and its
 last 64 samples, and N streams step together as one batch (one MLX evaluation for all of them).
+
+On MLX's CPU backend a step runs in numpy instead (:class:`CpuSilero`, same arithmetic): a step is ~20 tiny ops,
+and each MLX op pays a dispatch to the stream's worker thread, so under a loaded realtime daemon the VAD thread
+spent more time than the Whisper encoder, mostly waiting for those hand-offs.
 """
 
 from __future__ import annotations
@@ -139,6 +143,69 @@ class SileroVAD(nn.Module):
 
     def step(self, windows: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One batched step on numpy arrays: windows (N, 576), h and c (N, 128)."""
+        if mx.default_device() == mx.cpu:
+            return self.cpu().step(windows, h, c)
+        return self.step_mlx(windows, h, c)
+
+    def step_mlx(self, windows: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         prob, h2, c2 = self(mx.array(windows), mx.array(h), mx.array(c))
         mx.eval(prob, h2, c2)
         return np.array(prob), np.array(h2), np.array(c2)
+
+    def cpu(self) -> "CpuSilero":
+        if getattr(self, "_cpu", None) is None:
+            self._cpu = CpuSilero(self)
+        return self._cpu
+
+
+# The four 256-sample frames (hop 128) of a reflect-padded 640-sample step, as one gather.
+_FRAMES = np.arange(4)[:, None] * HOP + np.arange(N_FFT)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+class CpuSilero:
+    """:meth:`SileroVAD.__call__` in numpy on copies of its weights (1.2 MB), for the CPU device."""
+
+    def __init__(self, model: SileroVAD):
+        def f32(a: mx.array) -> np.ndarray:
+            return np.array(a, np.float32)
+
+        self.stft = f32(model.stft)
+        # Convolutions as one matrix product over their K shifted inputs: (K * Cin, Cout) from MLX's (Cout, K, Cin).
+        self.convs = [(f32(conv.weight).reshape(conv.weight.shape[0], -1).T.copy(), f32(conv.bias), stride)
+                      for conv, stride in ((model.conv1, 1), (model.conv2, 2), (model.conv3, 2), (model.conv4, 1))]
+        self.w = np.concatenate([f32(model.w_ih), f32(model.w_hh)])  # one product for [y, h]
+        self.bias = f32(model.bias)
+        self.head_w = f32(model.head.weight)[0, 0]
+        self.head_b = float(model.head.bias[0].item())
+
+    @staticmethod
+    def _conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int) -> np.ndarray:
+        """x (N, L, Cin); "same" zero padding; the K shifted inputs gathered by one index."""
+        k = w.shape[0] // x.shape[2]
+        n, length, cin = x.shape
+        padded = np.zeros((n, length + k - 1, cin), np.float32)
+        padded[:, k // 2 : k // 2 + length] = x
+        out = (length + k - 1 - k) // stride + 1
+        taps = np.arange(out)[:, None] * stride + np.arange(k)
+        y = padded[:, taps].reshape(n, out, k * cin) @ w
+        y += b
+        return np.maximum(y, 0.0, out=y)
+
+    def step(self, windows: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        x = np.asarray(windows, np.float32)
+        x = np.concatenate([x, x[:, -2 : -CONTEXT - 2 : -1]], axis=1)
+        spec = x[:, _FRAMES] @ self.stft
+        half = N_FFT // 2 + 1
+        y = np.sqrt(spec[..., :half] ** 2 + spec[..., half:] ** 2)
+        for w, b, stride in self.convs:
+            y = self._conv(y, w, b, stride)
+        gates = np.concatenate([y[:, 0, :], h], axis=1) @ self.w + self.bias
+        i, f, g, o = np.split(gates, 4, axis=-1)
+        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        h = _sigmoid(o) * np.tanh(c)
+        prob = _sigmoid(np.maximum(h, 0.0) @ self.head_w + self.head_b)
+        return prob.astype(np.float32), h.astype(np.float32), c.astype(np.float32)
