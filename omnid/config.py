@@ -87,7 +87,7 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
     preview_window: Literal["full", "content"] = "content"
     # Server VAD: after this much silence the turn's final is decoded at once, before the turn is over; speech
     # resuming cancels it. At or above the turn's silence_duration_ms it changes nothing.
-    speculate_after_ms: int = 200
+    speculate_after_ms: int = 100
     # The model counts as busy while more than this many finals (of any session) are queued or running on it. Then
     # no preview starts and server VAD starts no speculation, and finals are encoded with busy_final_window:
     # "content" costs a short segment a fraction of a padded 30 s window on a CPU, at a small accuracy cost; "full"
