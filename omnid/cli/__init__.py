@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("action", choices=["install", "uninstall", "status", "print"])
     sv.add_argument("--config", type=Path, help="the config the service runs with (default ~/.config/omnid/omnid.toml if present)")
 
+    di = sub.add_parser("diarize", help="who spoke when in an audio file (a Sortformer model)")
+    di.add_argument("file", type=Path, metavar="FILE")
+    di.add_argument("--config", type=Path)
+    di.add_argument("--model", help="a Sortformer checkpoint folder or .nemo file, or a configured model id")
+    di.add_argument("--latency", choices=["very_high", "high", "low", "ultra_low"],
+                    help="streaming preset (default: diarization.file_latency)")
+
     d = sub.add_parser("doctor", help="versions, device, BLAS, models and their pins")
     d.add_argument("--config", type=Path)
     return parser
@@ -117,6 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         url = args.url or f"http://{config.server.host}:{config.server.port}"
         return listen(url, args.protocol, args.file, args.speed, args.api_key or config.security.api_key or None)
+    if args.command == "diarize":
+        from omnid.cli.diarize import diarize_command
+
+        return diarize_command(args.file, args.model, args.latency, config)
     if args.command == "doctor":
         from omnid.cli.doctor import doctor
 

@@ -87,3 +87,30 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
         mx.eval(part)
         parts.append(part)
     return mx.concatenate(parts, axis=2)
+
+
+def softmax(x: mx.array) -> mx.array:
+    """Softmax over the last axis; on the CPU its exp runs in numpy (MLX's is a scalar loop there)."""
+    if mx.default_device() != mx.cpu:
+        return mx.softmax(x, axis=-1)
+    e = np.array(x, np.float32)
+    e -= e.max(axis=-1, keepdims=True)
+    np.exp(e, out=e)
+    e /= e.sum(axis=-1, keepdims=True)
+    return mx.array(e)
+
+
+def sigmoid(x: mx.array) -> mx.array:
+    """1 / (1 + exp(-x)); on the CPU in numpy, for the same reason as :func:`softmax`."""
+    if mx.default_device() != mx.cpu:
+        return mx.sigmoid(x)
+    e = np.negative(np.array(x, np.float32))
+    np.exp(e, out=e)
+    e += 1.0
+    np.reciprocal(e, out=e)
+    return mx.array(e)
+
+
+def silu(x: mx.array) -> mx.array:
+    """x * sigmoid(x) (SiLU, Swish)."""
+    return x * sigmoid(x)

@@ -18,7 +18,7 @@ class UnknownModel(LookupError):
 
 
 class NotTranscription(ValueError):
-    """The name is a model of another kind (the VAD)."""
+    """The name is a model of another kind (the VAD, a diarizer)."""
 
 
 class UnknownLanguage(ValueError):
@@ -35,14 +35,18 @@ class ModelCatalog:
     names: dict[str, str]  # every accepted name (ids, aliases, OpenAI names) -> model id
     kinds: dict[str, str]  # model id -> kind
     vad_id: str
+    diarizers: frozenset[str] = frozenset()  # ids and aliases of diarization models
 
     @classmethod
     def from_config(cls, config: Config) -> ModelCatalog:
         names = {name: config.transcription.default_model for name in OPENAI_NAMES}
-        for model in config.models:
+        transcribers = [m for m in config.models if m.kind != "sortformer"]
+        for model in transcribers:
             names |= {alias: model.id for alias in model.aliases}
-        names |= {model.id: model.id for model in config.models}
-        return cls(config.transcription.default_model, names, {m.id: m.kind for m in config.models}, config.vad.id)
+        names |= {model.id: model.id for model in transcribers}
+        diarizers = frozenset(n for m in config.models if m.kind == "sortformer" for n in (m.id, *m.aliases))
+        return cls(config.transcription.default_model, names, {m.id: m.kind for m in config.models}, config.vad.id,
+                   diarizers)
 
     def resolve(self, name: str | None) -> str:
         """The transcription model a request names (blank: the default)."""
@@ -53,6 +57,8 @@ class ModelCatalog:
             return self.names[key]
         if key == self.vad_id:
             raise NotTranscription(f"model {key!r} is a voice activity detector, not a transcription model")
+        if key in self.diarizers:
+            raise NotTranscription(f"model {key!r} is a speaker diarization model, not a transcription model")
         raise UnknownModel(key)
 
 

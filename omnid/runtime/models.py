@@ -15,6 +15,7 @@ from omnid.config import (
 )
 from omnid.engine.interface import TranscriptionEngine
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
+from omnid.engine.sortformer.engine import SortformerEngine
 from omnid.engine.whisper.decoding import DecodeOptions
 from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
 from omnid.runtime.scheduler import EngineRuntime
@@ -39,6 +40,15 @@ ENGINES: dict[str, Callable[[ModelConfig, Config], Callable[[], TranscriptionEng
     "whisper": lambda model, _config: whisper_engine(model),
     "qwen3_asr": qwen3_asr_engine,
 }
+
+
+def diarizer_runtime(model: ModelConfig, config: Config) -> EngineRuntime[SortformerEngine]:
+    """A diarization model's runtime: socket feeds (FINAL priority, they are live) and files share its queue."""
+    folder = model_folder(model)
+    pins = load_pins().get(model.id, {})
+    return EngineRuntime(model.id, lambda: SortformerEngine(model.id, folder, pins), config.diarization.max_queue,
+                         final_reserve=config.diarization.max_streams,
+                         idle_clear_s=config.engine.idle_clear_s)
 
 
 def model_runtime(model: ModelConfig, config: Config) -> EngineRuntime[TranscriptionEngine]:

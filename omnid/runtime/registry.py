@@ -11,9 +11,10 @@ import structlog
 
 from omnid.config import Config
 from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.sortformer.engine import SortformerEngine
 from omnid.metrics import Metrics
 from omnid.runtime.catalog import ModelCatalog
-from omnid.runtime.models import model_runtime
+from omnid.runtime.models import diarizer_runtime, model_runtime
 from omnid.runtime.scheduler import EngineRuntime
 from omnid.vad.batcher import VadBatcher
 from omnid.vad.silero import SileroVAD
@@ -25,6 +26,7 @@ log = structlog.get_logger(__name__)
 class Services:
     config: Config
     transcribers: dict[str, EngineRuntime[TranscriptionEngine]] = field(default_factory=dict)
+    diarizers: dict[str, EngineRuntime[SortformerEngine]] = field(default_factory=dict)
     vad: EngineRuntime[SileroVAD] | None = None
     vad_batcher: VadBatcher | None = None
     ready: bool = False
@@ -36,7 +38,10 @@ class Services:
     def create(cls, config: Config) -> "Services":
         services = cls(config)
         for model in config.models:
-            services.transcribers[model.id] = model_runtime(model, config)
+            if model.kind == "sortformer":
+                services.diarizers[model.id] = diarizer_runtime(model, config)
+            else:
+                services.transcribers[model.id] = model_runtime(model, config)
         weights = Path(config.vad.weights).expanduser() if config.vad.weights else None
         # The realtime batcher has at most one job queued at a time, at FINAL priority: the reserve keeps a queue
         # full of file requests from ever refusing a live session's audio.
@@ -62,7 +67,7 @@ class Services:
         return self.catalog.kinds[name]
 
     def runtimes(self) -> list[EngineRuntime]:
-        return [*self.transcribers.values(), *([self.vad] if self.vad else [])]
+        return [*self.transcribers.values(), *self.diarizers.values(), *([self.vad] if self.vad else [])]
 
     async def start(self) -> None:
         """Loads every engine on its own thread; raises the first load failure."""

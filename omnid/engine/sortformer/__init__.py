@@ -1,0 +1,1 @@
+"""Streaming Sortformer speaker diarization (NVIDIA NeMo v2/v2.1) on MLX."""

@@ -1,0 +1,420 @@
+"""Streaming Sortformer checkpoints in the two layouts a user has: mlx-community's folder (``config.json`` +
+``model.safetensors``, MLX conv layouts, float16 or float32) and NVIDIA's ``.nemo`` tarball (``model_config.yaml`` +
+``model_weights.ckpt``, read without torch). Both become one :class:`Checkpoint`: the architecture, the front end,
+the streaming constants as the checkpoint states them (never class defaults: mlx-audio's differ from NeMo's), and
+float32 tensors under mlx-community's names in MLX layouts, each checked against the shape the config implies.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from omnid.engine.errors import CheckpointError
+from omnid.engine.pins import verify
+from omnid.engine.sortformer.features import FrontEnd, mel_filterbank, window
+from omnid.engine.sortformer.torch_zip import read_state_dict
+
+
+@dataclass(frozen=True)
+class Dims:
+    n_mels: int
+    fc_d_model: int
+    fc_layers: int
+    fc_heads: int
+    fc_ff: int
+    conv_kernel: int
+    subsampling_factor: int
+    subsampling_channels: int
+    xscaling: bool
+    tf_d_model: int
+    tf_layers: int
+    tf_heads: int
+    tf_inner: int
+    n_spk: int
+    k_bias: bool = True  # the Transformer's key projection has a bias (NeMo's always does)
+
+
+@dataclass(frozen=True)
+class Streaming:
+    """NeMo's ``sortformer_modules`` streaming constants, in 80 ms frames."""
+
+    chunk_len: int
+    chunk_left_context: int
+    chunk_right_context: int
+    fifo_len: int
+    spkcache_len: int
+    spkcache_update_period: int
+    spkcache_sil_frames_per_spk: int
+    pred_score_threshold: float
+    scores_boost_latest: float
+    sil_threshold: float
+    strong_boost_rate: float
+    weak_boost_rate: float
+    min_pos_scores_rate: float
+    max_index: int
+
+
+STREAMING_KEYS = tuple(Streaming.__dataclass_fields__)
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    layout: str  # "mlx" or "nemo"
+    front: FrontEnd
+    dims: Dims
+    streaming: Streaming
+    weights: dict[str, np.ndarray]  # float32, mlx-community names and layouts
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def embed_positions(self) -> np.ndarray | None:
+        return self.weights.get(EMBED_POSITIONS)
+
+
+EMBED_POSITIONS = "tf_encoder.embed_positions.weight"
+
+
+def expected_shapes(d: Dims) -> dict[str, tuple[int, ...]]:
+    """Every tensor the model needs, with its shape in MLX layouts (``embed_positions`` is optional)."""
+    c, m, f = d.subsampling_channels, d.fc_d_model, d.tf_d_model
+    shapes: dict[str, tuple[int, ...]] = {}
+    sub = "fc_encoder.subsampling"
+    shapes[f"{sub}.layers_0.weight"], shapes[f"{sub}.layers_0.bias"] = (c, 3, 3, 1), (c,)
+    for i in (2, 5):  # depthwise 3x3, then pointwise 1x1
+        shapes[f"{sub}.layers_{i}.weight"], shapes[f"{sub}.layers_{i}.bias"] = (c, 3, 3, 1), (c,)
+        shapes[f"{sub}.layers_{i + 1}.weight"], shapes[f"{sub}.layers_{i + 1}.bias"] = (c, 1, 1, c), (c,)
+    freq = -(-d.n_mels // d.subsampling_factor)
+    shapes[f"{sub}.linear.weight"], shapes[f"{sub}.linear.bias"] = (m, c * freq), (m,)
+
+    def linear(name: str, out: int, inp: int, bias: bool = True) -> None:
+        shapes[f"{name}.weight"] = (out, inp)
+        if bias:
+            shapes[f"{name}.bias"] = (out,)
+
+    def norm(name: str, n: int) -> None:
+        shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (n,), (n,)
+
+    for i in range(d.fc_layers):
+        p = f"fc_encoder.layers.{i}"
+        for n in ("norm_feed_forward1", "norm_self_att", "norm_conv", "norm_feed_forward2", "norm_out"):
+            norm(f"{p}.{n}", m)
+        for ff in ("feed_forward1", "feed_forward2"):
+            linear(f"{p}.{ff}.linear1", d.fc_ff, m)
+            linear(f"{p}.{ff}.linear2", m, d.fc_ff)
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            linear(f"{p}.self_attn.{proj}", m, m)
+        linear(f"{p}.self_attn.relative_k_proj", m, m, bias=False)
+        shapes[f"{p}.self_attn.bias_u"] = shapes[f"{p}.self_attn.bias_v"] = (d.fc_heads, m // d.fc_heads)
+        shapes[f"{p}.conv.pointwise_conv1.weight"], shapes[f"{p}.conv.pointwise_conv1.bias"] = (2 * m, 1, m), (2 * m,)
+        shapes[f"{p}.conv.depthwise_conv.weight"], shapes[f"{p}.conv.depthwise_conv.bias"] = (m, d.conv_kernel, 1), (m,)
+        for s in ("weight", "bias", "running_mean", "running_var"):
+            shapes[f"{p}.conv.norm.{s}"] = (m,)
+        shapes[f"{p}.conv.pointwise_conv2.weight"], shapes[f"{p}.conv.pointwise_conv2.bias"] = (m, 1, m), (m,)
+    for i in range(d.tf_layers):
+        p = f"tf_encoder.layers.{i}"
+        for proj in ("q_proj", "v_proj", "out_proj"):
+            linear(f"{p}.self_attn.{proj}", f, f)
+        linear(f"{p}.self_attn.k_proj", f, f, bias=d.k_bias)
+        norm(f"{p}.self_attn_layer_norm", f)
+        linear(f"{p}.fc1", d.tf_inner, f)
+        linear(f"{p}.fc2", f, d.tf_inner)
+        norm(f"{p}.final_layer_norm", f)
+    linear("sortformer_modules.encoder_proj", f, m)
+    linear("sortformer_modules.first_hidden_to_hidden", f, f)
+    linear("sortformer_modules.single_hidden_to_spks", d.n_spk, f)
+    linear("sortformer_modules.hidden_to_spks", d.n_spk, 2 * f)  # stored, unused by inference
+    return shapes
+
+
+def check_tensors(weights: dict[str, np.ndarray], d: Dims, source: Path) -> None:
+    want = expected_shapes(d)
+    for name, shape in want.items():
+        if name not in weights:
+            raise CheckpointError(f"{source}: missing tensor {name}")
+        if tuple(weights[name].shape) != shape:
+            raise CheckpointError(f"{source}: tensor {name} has shape {tuple(weights[name].shape)}, expected {shape}")
+    extra = sorted(set(weights) - set(want) - {EMBED_POSITIONS})
+    if extra:
+        raise CheckpointError(f"{source}: unexpected tensor {extra[0]}" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+    pos = weights.get(EMBED_POSITIONS)
+    if pos is not None and (pos.ndim != 2 or pos.shape[1] != d.tf_d_model):
+        raise CheckpointError(f"{source}: tensor {EMBED_POSITIONS} has shape {tuple(pos.shape)}, expected (n, {d.tf_d_model})")
+
+
+def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
+    """A folder (mlx-community layout, or one holding a single ``.nemo``) or a ``.nemo`` file."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            ckpt = _load_mlx(path)
+        else:
+            nemos = sorted(path.glob("*.nemo"))
+            if len(nemos) != 1:
+                raise CheckpointError(f"{path}: neither config.json + model.safetensors nor a single .nemo file")
+            ckpt = _load_nemo(nemos[0])
+    elif path.suffix == ".nemo" and path.is_file():
+        ckpt = _load_nemo(path)
+    else:
+        raise CheckpointError(f"{path}: not a Sortformer checkpoint folder or .nemo file")
+    if pins:
+        verify(ckpt.files, pins)
+    return ckpt
+
+
+# --- mlx-community --------------------------------------------------------------------------------------------
+
+
+def _load_mlx(folder: Path) -> Checkpoint:
+    import mlx.core as mx
+
+    config_path, weights_path = folder / "config.json", folder / "model.safetensors"
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{config_path}: {exc}") from exc
+    if not weights_path.is_file():
+        raise CheckpointError(f"{folder}: model.safetensors is missing")
+    fc = _section(config, "fc_encoder_config", config_path)
+    tf = _section(config, "tf_encoder_config", config_path)
+    mods = _section(config, "modules_config", config_path)
+    proc = _section(config, "processor_config", config_path)
+    if not mods.get("use_aosc", False):
+        raise CheckpointError(f"{config_path}: modules_config.use_aosc is not true: a v1 checkpoint (per-feature "
+                              "normalize) or one converted without it; only v2/v2.1 streaming models are served")
+    get = _getter(config_path)
+    dims = Dims(
+        n_mels=get(fc, "num_mel_bins", int), fc_d_model=get(fc, "hidden_size", int),
+        fc_layers=get(fc, "num_hidden_layers", int), fc_heads=get(fc, "num_attention_heads", int),
+        fc_ff=get(fc, "intermediate_size", int), conv_kernel=get(fc, "conv_kernel_size", int),
+        subsampling_factor=get(fc, "subsampling_factor", int),
+        subsampling_channels=get(fc, "subsampling_conv_channels", int), xscaling=bool(fc.get("scale_input", True)),
+        tf_d_model=get(tf, "d_model", int), tf_layers=get(tf, "encoder_layers", int),
+        tf_heads=get(tf, "encoder_attention_heads", int), tf_inner=get(tf, "encoder_ffn_dim", int),
+        n_spk=get(mods, "num_speakers", int), k_bias=bool(tf.get("k_proj_bias", True)),
+    )
+    front = FrontEnd(sample_rate=get(proc, "sampling_rate", int), n_mels=get(proc, "feature_size", int),
+                     n_fft=get(proc, "n_fft", int), win_length=get(proc, "win_length", int),
+                     hop_length=get(proc, "hop_length", int), preemph=get(proc, "preemphasis", float))
+    streaming = _streaming(mods, config_path)
+    try:
+        raw = mx.load(str(weights_path))
+    except Exception as exc:  # noqa: BLE001  (any reader error is a bad checkpoint)
+        raise CheckpointError(f"{weights_path}: cannot read tensors: {exc}") from exc
+    weights = {k: np.array(v.astype(mx.float32)) for k, v in raw.items()}  # type: ignore[union-attr]
+    _check_front(front, dims, config_path)
+    check_tensors(weights, dims, weights_path)
+    return Checkpoint(folder, "mlx", front, dims, streaming, weights, [config_path, weights_path])
+
+
+def _section(config: dict, key: str, source: Path) -> dict:
+    value = config.get(key)
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{source}: {key} is missing")
+    return value
+
+
+def _getter(source: Path):
+    def get(section: dict, key: str, kind: type) -> Any:
+        if key not in section:
+            raise CheckpointError(f"{source}: {key} is missing")
+        value = section[key]
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise CheckpointError(f"{source}: {key} must be an integer, not {value!r}")
+        if kind is float and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise CheckpointError(f"{source}: {key} must be a number, not {value!r}")
+        return kind(value)
+
+    return get
+
+
+def _streaming(section: dict, source: Path) -> Streaming:
+    """The streaming constants, every one from the checkpoint: a missing one is an error, never a default."""
+    get = _getter(source)
+    kinds = {k: (float if f.type in ("float", float) else int) for k, f in Streaming.__dataclass_fields__.items()}
+    s = Streaming(**{k: get(section, k, kinds[k]) for k in STREAMING_KEYS})
+    if s.spkcache_len < (1 + s.spkcache_sil_frames_per_spk) * 4 or s.chunk_len < 1 or s.spkcache_update_period < 1:
+        raise CheckpointError(f"{source}: streaming constants out of range: {s}")
+    return s
+
+
+def _check_front(front: FrontEnd, dims: Dims, source: Path) -> None:
+    if front.sample_rate != 16000 or front.n_mels != dims.n_mels or front.win_length > front.n_fft:
+        raise CheckpointError(f"{source}: unsupported front end {front}")
+    if dims.fc_d_model % dims.fc_heads or dims.tf_d_model % dims.tf_heads or dims.subsampling_factor != 8:
+        raise CheckpointError(f"{source}: unsupported architecture {dims}")
+
+
+# --- NeMo ----------------------------------------------------------------------------------------------------
+
+# NeMo state-dict names -> mlx-community names (mlx-audio's converter's renames).
+_RENAMES = (
+    (r"^encoder\.pre_encode\.conv\.(\d+)\.", r"fc_encoder.subsampling.layers_\1."),
+    (r"^encoder\.pre_encode\.out\.", "fc_encoder.subsampling.linear."),
+    (r"^encoder\.layers\.", "fc_encoder.layers."),
+    (r"\.self_attn\.linear_q\.", ".self_attn.q_proj."),
+    (r"\.self_attn\.linear_k\.", ".self_attn.k_proj."),
+    (r"\.self_attn\.linear_v\.", ".self_attn.v_proj."),
+    (r"\.self_attn\.linear_out\.", ".self_attn.o_proj."),
+    (r"\.self_attn\.linear_pos\.", ".self_attn.relative_k_proj."),
+    (r"\.self_attn\.pos_bias_u$", ".self_attn.bias_u"),
+    (r"\.self_attn\.pos_bias_v$", ".self_attn.bias_v"),
+    (r"\.conv\.batch_norm\.", ".conv.norm."),
+    (r"^transformer_encoder\.", "tf_encoder."),
+    (r"\.first_sub_layer\.query_net\.", ".self_attn.q_proj."),
+    (r"\.first_sub_layer\.key_net\.", ".self_attn.k_proj."),
+    (r"\.first_sub_layer\.value_net\.", ".self_attn.v_proj."),
+    (r"\.first_sub_layer\.out_projection\.", ".self_attn.out_proj."),
+    (r"\.second_sub_layer\.dense_in\.", ".fc1."),
+    (r"\.second_sub_layer\.dense_out\.", ".fc2."),
+    (r"\.layer_norm_1\.", ".self_attn_layer_norm."),
+    (r"\.layer_norm_2\.", ".final_layer_norm."),
+)
+
+
+def nemo_name(name: str) -> str:
+    for pattern, repl in _RENAMES:
+        name = re.sub(pattern, repl, name)
+    return name
+
+
+def _mlx_layout(name: str, t: np.ndarray) -> np.ndarray:
+    if t.ndim == 4:  # Conv2d (O, I, kH, kW) -> (O, kH, kW, I)
+        return t.transpose(0, 2, 3, 1)
+    if t.ndim == 3 and name.endswith("weight"):  # Conv1d (O, I, K) -> (O, K, I)
+        return t.transpose(0, 2, 1)
+    return t
+
+
+def _load_nemo(path: Path) -> Checkpoint:
+    config, state = _read_nemo(path)
+    source = Path(f"{path}:model_config.yaml")
+    cfg = resolve_interpolations(config)
+    pre = _section(cfg, "preprocessor", source)
+    enc = _section(cfg, "encoder", source)
+    tfe = _section(cfg, "transformer_encoder", source)
+    mods = _section(cfg, "sortformer_modules", source)
+    normalize = pre.get("normalize", "NA")
+    if normalize not in ("NA", "None", None, "null", "none"):
+        raise CheckpointError(f"{source}: preprocessor.normalize is {normalize!r}: a v1 (offline, per-feature "
+                              "normalised) checkpoint; only v2/v2.1 streaming models (normalize NA) are served")
+    for section, key, want in ((enc, "subsampling", "dw_striding"), (enc, "self_attention_model", "rel_pos"),
+                               (enc, "conv_norm_type", "batch_norm"), (tfe, "hidden_act", "relu"),
+                               (tfe, "pre_ln", False)):
+        if section.get(key, want) != want:
+            raise CheckpointError(f"{source}: {key} is {section.get(key)!r}, only {want!r} is supported")
+    get = _getter(source)
+    d_model = get(enc, "d_model", int)
+    dims = Dims(
+        n_mels=get(pre, "features", int), fc_d_model=d_model, fc_layers=get(enc, "n_layers", int),
+        fc_heads=get(enc, "n_heads", int), fc_ff=d_model * get(enc, "ff_expansion_factor", int),
+        conv_kernel=get(enc, "conv_kernel_size", int), subsampling_factor=get(enc, "subsampling_factor", int),
+        subsampling_channels=get(enc, "subsampling_conv_channels", int), xscaling=bool(enc.get("xscaling", True)),
+        tf_d_model=get(tfe, "hidden_size", int), tf_layers=get(tfe, "num_layers", int),
+        tf_heads=get(tfe, "num_attention_heads", int), tf_inner=get(tfe, "inner_size", int),
+        n_spk=get(cfg, "max_num_of_spks", int),
+    )
+    rate = get(pre, "sample_rate", int)
+    front = FrontEnd(sample_rate=rate, n_mels=dims.n_mels, n_fft=get(pre, "n_fft", int),
+                     win_length=round(get(pre, "window_size", float) * rate),
+                     hop_length=round(get(pre, "window_stride", float) * rate),
+                     preemph=float(pre.get("preemph", 0.97)))
+    if pre.get("window", "hann") != "hann" or float(pre.get("log_zero_guard_value", 2**-24)) != 2**-24:
+        raise CheckpointError(f"{source}: unsupported preprocessor window or log guard")
+    streaming = _streaming(mods, source)
+    _check_front(front, dims, source)
+    weights: dict[str, np.ndarray] = {}
+    buffers = {}
+    for name, t in state.items():
+        if name.endswith("num_batches_tracked"):
+            continue
+        if name.startswith("preprocessor."):
+            buffers[name] = t
+            continue
+        weights[nemo_name(name)] = _mlx_layout(name, t.astype(np.float32))
+    _check_buffers(buffers, front, path)
+    check_tensors(weights, dims, path)
+    if EMBED_POSITIONS in weights:
+        raise CheckpointError(f"{path}: a .nemo holds no {EMBED_POSITIONS}")
+    return Checkpoint(path, "nemo", front, dims, streaming, weights, [path])
+
+
+def _read_nemo(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    import yaml
+
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            members = {m.name.rsplit("/", 1)[-1]: m for m in tar.getmembers() if m.isfile()}
+            if "model_config.yaml" not in members or "model_weights.ckpt" not in members:
+                raise CheckpointError(f"{path}: a .nemo must hold model_config.yaml and model_weights.ckpt")
+            config_file = tar.extractfile(members["model_config.yaml"])
+            weights_file = tar.extractfile(members["model_weights.ckpt"])
+            assert config_file is not None and weights_file is not None
+            config = yaml.safe_load(config_file.read())
+            state = read_state_dict(io.BytesIO(weights_file.read()), f"{path}:model_weights.ckpt")
+    except (tarfile.TarError, OSError, yaml.YAMLError) as exc:
+        raise CheckpointError(f"{path}: cannot read: {exc}") from exc
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: model_config.yaml is not a mapping")
+    return config, state
+
+
+def _check_buffers(buffers: dict[str, np.ndarray], front: FrontEnd, path: Path) -> None:
+    """The .nemo's own window and filterbank against omnid's: a front end that differs fails loudly."""
+    want = {"preprocessor.featurizer.window": window(front)[(front.n_fft - front.win_length) // 2 :][: front.win_length],
+            "preprocessor.featurizer.fb": mel_filterbank(front)[None]}
+    for name, ours in want.items():
+        theirs = buffers.pop(name, None)
+        if theirs is None:
+            raise CheckpointError(f"{path}: missing tensor {name}")
+        if theirs.shape != ours.shape:
+            raise CheckpointError(f"{path}: tensor {name} has shape {theirs.shape}, expected {ours.shape}")
+        diff = float(np.abs(theirs.astype(np.float64) - ours).max())
+        if diff > 1e-6:
+            raise CheckpointError(f"{path}: tensor {name} differs from omnid's front end by {diff:.3g} (max 1e-6)")
+    if buffers:
+        raise CheckpointError(f"{path}: unexpected tensor {sorted(buffers)[0]}")
+
+
+_INTERPOLATION = re.compile(r"\$\{([^}]+)\}")
+
+
+def resolve_interpolations(config: dict) -> dict:
+    """OmegaConf's ``${a.b}`` references resolved against the file's root (``model.`` may name the root itself,
+    as in a model config saved inside a .nemo)."""
+
+    def lookup(ref: str, depth: int) -> Any:
+        node: Any = config
+        parts = ref.split(".")
+        if parts[0] == "model" and "model" not in config:
+            parts = parts[1:]
+        for part in parts:
+            if not isinstance(node, dict) or part not in node:
+                raise CheckpointError(f"model_config.yaml: unresolved reference ${{{ref}}}")
+            node = node[part]
+        return resolve(node, depth + 1)
+
+    def resolve(node: Any, depth: int = 0) -> Any:
+        if depth > 20:
+            raise CheckpointError("model_config.yaml: references nest too deep")
+        if isinstance(node, dict):
+            return {k: resolve(v, depth) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v, depth) for v in node]
+        if isinstance(node, str):
+            whole = _INTERPOLATION.fullmatch(node)
+            if whole:
+                return lookup(whole.group(1), depth)
+            return _INTERPOLATION.sub(lambda m: str(lookup(m.group(1), depth)), node)
+        return node
+
+    return resolve(config)
+

@@ -1,0 +1,267 @@
+"""Streaming Sortformer in MLX (NeMo's ``SortformerEncLabelModel``, v2/v2.1): a dw-striding convolutional
+pre-encode (x8 in time), a FastConformer with Transformer-XL relative-position attention, a projection, a post-LN
+Transformer without positions, and a sigmoid head giving each 80 ms frame four independent speaker probabilities.
+
+Module and tensor names follow mlx-community's layout (checkpoint.py maps NeMo's onto them). Everything runs in
+float32 whatever the checkpoint's dtype. The network is the same for every mode; only what the Conformer is given
+changes: a whole recording's pre-encoded frames (offline), or ``[speaker cache | FIFO | chunk]`` (streaming).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from omnid.engine.cpu_math import sigmoid, silu, softmax
+from omnid.engine.sortformer.checkpoint import EMBED_POSITIONS, Checkpoint, Dims
+
+
+class Subsampling(nn.Module):
+    """Conv2d 3x3/2 -> ReLU -> (depthwise 3x3/2, pointwise 1x1, ReLU) x 2 over (time, frequency), then the
+    channels x frequency features of each frame (channel-major, as NeMo flattens) -> d_model."""
+
+    def __init__(self, d: Dims):
+        super().__init__()
+        c = d.subsampling_channels
+        self.layers_0 = nn.Conv2d(1, c, 3, stride=2, padding=1)
+        self.layers_2 = nn.Conv2d(c, c, 3, stride=2, padding=1, groups=c)
+        self.layers_3 = nn.Conv2d(c, c, 1)
+        self.layers_5 = nn.Conv2d(c, c, 3, stride=2, padding=1, groups=c)
+        self.layers_6 = nn.Conv2d(c, c, 1)
+        self.linear = nn.Linear(c * -(-d.n_mels // 8), d.fc_d_model)
+
+    def __call__(self, mel: mx.array) -> mx.array:
+        """mel (B, T, n_mels) -> (B, ceil(T / 8), d_model)."""
+        x = nn.relu(self.layers_0(mel[..., None]))
+        x = nn.relu(self.layers_3(self.layers_2(x)))
+        x = nn.relu(self.layers_6(self.layers_5(x)))
+        b, t, f, c = x.shape
+        return self.linear(x.transpose(0, 1, 3, 2).reshape(b, t, c * f))
+
+
+@lru_cache(maxsize=8)
+def relative_positions(length: int, d_model: int) -> mx.array:
+    """Transformer-XL sinusoids for relative positions length-1 ... -(length-1), sin and cos interleaved, in
+    float32 arithmetic as NeMo computes them."""
+    pos = np.arange(length - 1, -length, -1, dtype=np.float32)[:, None]
+    div = np.exp(np.arange(0, d_model, 2, dtype=np.float32) * np.float32(-math.log(10000.0) / d_model))
+    pe = np.zeros((2 * length - 1, d_model), np.float32)
+    pe[:, 0::2] = np.sin(pos * div)
+    pe[:, 1::2] = np.cos(pos * div)
+    return mx.array(pe)
+
+
+def rel_shift(x: mx.array) -> mx.array:
+    """(B, H, T, 2T-1) scores by relative position -> (B, H, T, T) by key: NeMo's pad-and-reshape shift."""
+    b, h, t, p = x.shape
+    x = mx.pad(x, [(0, 0), (0, 0), (0, 0), (1, 0)]).reshape(b, h, p + 1, t)
+    return x[:, :, 1:].reshape(b, h, t, p)[..., :t]
+
+
+class RelPositionAttention(nn.Module):
+    def __init__(self, d: Dims):
+        super().__init__()
+        m, self.heads = d.fc_d_model, d.fc_heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(m, m) for _ in range(4))
+        self.relative_k_proj = nn.Linear(m, m, bias=False)
+        self.bias_u = mx.zeros((d.fc_heads, m // d.fc_heads))
+        self.bias_v = mx.zeros((d.fc_heads, m // d.fc_heads))
+
+    def __call__(self, x: mx.array, pos: mx.array) -> mx.array:
+        b, t, m = x.shape
+        h, dk = self.heads, m // self.heads
+        q = self.q_proj(x).reshape(b, t, h, dk)
+        k = self.k_proj(x).reshape(b, t, h, dk).transpose(0, 2, 3, 1)
+        v = self.v_proj(x).reshape(b, t, h, dk).transpose(0, 2, 1, 3)
+        p = self.relative_k_proj(pos).reshape(1, -1, h, dk).transpose(0, 2, 3, 1)
+        ac = (q + self.bias_u).transpose(0, 2, 1, 3) @ k
+        bd = rel_shift((q + self.bias_v).transpose(0, 2, 1, 3) @ p)
+        attn = softmax((ac + bd) / math.sqrt(dk))
+        return self.o_proj((attn @ v).transpose(0, 2, 1, 3).reshape(b, t, m))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, m: int, ff: int):
+        super().__init__()
+        self.linear1 = nn.Linear(m, ff)
+        self.linear2 = nn.Linear(ff, m)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.linear2(silu(self.linear1(x)))
+
+
+class BatchNorm(nn.Module):
+    """Inference batch norm on running statistics."""
+
+    def __init__(self, n: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight, self.bias = mx.ones((n,)), mx.zeros((n,))
+        self.running_mean, self.running_var = mx.zeros((n,)), mx.ones((n,))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return (x - self.running_mean) * mx.rsqrt(self.running_var + self.eps) * self.weight + self.bias
+
+
+class ConvModule(nn.Module):
+    """Pointwise conv -> GLU -> depthwise conv (k9) -> batch norm -> SiLU -> pointwise conv."""
+
+    def __init__(self, d: Dims):
+        super().__init__()
+        m, k = d.fc_d_model, d.conv_kernel
+        self.pointwise_conv1 = nn.Conv1d(m, 2 * m, 1)
+        self.depthwise_conv = nn.Conv1d(m, m, k, padding=(k - 1) // 2, groups=m)
+        self.norm = BatchNorm(m)
+        self.pointwise_conv2 = nn.Conv1d(m, m, 1)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        a, gate = mx.split(self.pointwise_conv1(x), 2, axis=-1)
+        x = self.depthwise_conv(a * sigmoid(gate))
+        return self.pointwise_conv2(silu(self.norm(x)))
+
+
+class ConformerLayer(nn.Module):
+    def __init__(self, d: Dims):
+        super().__init__()
+        m = d.fc_d_model
+        self.norm_feed_forward1 = nn.LayerNorm(m)
+        self.feed_forward1 = FeedForward(m, d.fc_ff)
+        self.norm_self_att = nn.LayerNorm(m)
+        self.self_attn = RelPositionAttention(d)
+        self.norm_conv = nn.LayerNorm(m)
+        self.conv = ConvModule(d)
+        self.norm_feed_forward2 = nn.LayerNorm(m)
+        self.feed_forward2 = FeedForward(m, d.fc_ff)
+        self.norm_out = nn.LayerNorm(m)
+
+    def __call__(self, x: mx.array, pos: mx.array) -> mx.array:
+        x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
+        x = x + self.self_attn(self.norm_self_att(x), pos)
+        x = x + self.conv(self.norm_conv(x))
+        x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
+        return self.norm_out(x)
+
+
+class FastConformer(nn.Module):
+    def __init__(self, d: Dims):
+        super().__init__()
+        self.d = d
+        self.subsampling = Subsampling(d)
+        self.layers = [ConformerLayer(d) for _ in range(d.fc_layers)]
+
+    def encode(self, x: mx.array) -> mx.array:
+        """Pre-encoded frames (B, T, d_model) -> encoded (B, T, d_model)."""
+        if self.d.xscaling:
+            x = x * math.sqrt(self.d.fc_d_model)
+        pos = relative_positions(x.shape[1], self.d.fc_d_model)
+        for layer in self.layers:
+            x = layer(x, pos)
+            mx.eval(x)  # one layer's graph at a time: bounded temporaries
+        return x
+
+
+class TransformerAttention(nn.Module):
+    def __init__(self, d: Dims):
+        super().__init__()
+        f, self.heads = d.tf_d_model, d.tf_heads
+        self.q_proj, self.v_proj, self.out_proj = nn.Linear(f, f), nn.Linear(f, f), nn.Linear(f, f)
+        self.k_proj = nn.Linear(f, f, bias=d.k_bias)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        b, t, f = x.shape
+        h, dh = self.heads, f // self.heads
+        # NeMo scales q and k each by dh^-1/4.
+        scale = 1.0 / math.sqrt(math.sqrt(dh))
+        q = (self.q_proj(x) * scale).reshape(b, t, h, dh).transpose(0, 2, 1, 3)
+        k = (self.k_proj(x) * scale).reshape(b, t, h, dh).transpose(0, 2, 3, 1)
+        v = self.v_proj(x).reshape(b, t, h, dh).transpose(0, 2, 1, 3)
+        attn = softmax(q @ k)
+        return self.out_proj((attn @ v).transpose(0, 2, 1, 3).reshape(b, t, f))
+
+
+class TransformerLayer(nn.Module):
+    """Post-LN: LN(x + MHA(x)), then LN(h + FF(h))."""
+
+    def __init__(self, d: Dims):
+        super().__init__()
+        f = d.tf_d_model
+        self.self_attn = TransformerAttention(d)
+        self.self_attn_layer_norm = nn.LayerNorm(f)
+        self.fc1 = nn.Linear(f, d.tf_inner)
+        self.fc2 = nn.Linear(d.tf_inner, f)
+        self.final_layer_norm = nn.LayerNorm(f)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        x = self.self_attn_layer_norm(x + self.self_attn(x))
+        return self.final_layer_norm(x + self.fc2(nn.relu(self.fc1(x))))
+
+
+class TransformerEncoder(nn.Module):
+    def __init__(self, d: Dims, positions: int = 0):
+        super().__init__()
+        self.layers = [TransformerLayer(d) for _ in range(d.tf_layers)]
+        if positions:
+            # Only in converted checkpoints (mlx-community); NeMo's Transformer has no positions (see load()).
+            self.embed_positions = nn.Embedding(positions, d.tf_d_model)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if "embed_positions" in self:
+            x = x + self.embed_positions.weight[: x.shape[1]]
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class Heads(nn.Module):
+    """NeMo's ``sortformer_modules``: the projection to the Transformer's width and the speaker head."""
+
+    def __init__(self, d: Dims):
+        super().__init__()
+        f = d.tf_d_model
+        self.encoder_proj = nn.Linear(d.fc_d_model, f)
+        self.first_hidden_to_hidden = nn.Linear(f, f)
+        self.single_hidden_to_spks = nn.Linear(f, d.n_spk)
+        self.hidden_to_spks = nn.Linear(2 * f, d.n_spk)  # in every checkpoint, unused by inference
+
+    def speakers(self, h: mx.array) -> mx.array:
+        return sigmoid(self.single_hidden_to_spks(nn.relu(self.first_hidden_to_hidden(nn.relu(h)))))
+
+
+class Sortformer(nn.Module):
+    def __init__(self, d: Dims, positions: int = 0):
+        super().__init__()
+        self.dims = d
+        self.fc_encoder = FastConformer(d)
+        self.tf_encoder = TransformerEncoder(d, positions)
+        self.sortformer_modules = Heads(d)
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: Checkpoint) -> Sortformer:
+        pos = ckpt.embed_positions
+        model = cls(ckpt.dims, 0 if pos is None else pos.shape[0])
+        model.load_weights([(k, mx.array(v)) for k, v in ckpt.weights.items() if k != EMBED_POSITIONS or pos is not None])
+        mx.eval(model.parameters())
+        return model
+
+    @property
+    def max_positions(self) -> int | None:
+        """The Transformer's positional table size, when it has one: no sequence may be longer."""
+        return self.tf_encoder.embed_positions.weight.shape[0] if "embed_positions" in self.tf_encoder else None
+
+    def pre_encode(self, mel: np.ndarray) -> mx.array:
+        """(T, n_mels) log-mel -> (ceil(T / 8), d_model) pre-encoded frames."""
+        out = self.fc_encoder.subsampling(mx.array(mel)[None])[0]
+        mx.eval(out)
+        return out
+
+    def forward(self, embeddings: mx.array) -> mx.array:
+        """Pre-encoded frames (T, d_model) -> speaker probabilities (T, n_spk)."""
+        x = self.fc_encoder.encode(embeddings[None])
+        x = self.tf_encoder(self.sortformer_modules.encoder_proj(x))
+        probs = self.sortformer_modules.speakers(x)[0]
+        mx.eval(probs)
+        return probs
