@@ -10,7 +10,7 @@ import structlog
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily
 
-from omnid.api import page, realtime, security, transcriptions, vad
+from omnid.api import diarization, page, realtime, security, transcriptions, vad
 from omnid.api.errors import error_middleware
 from omnid.api.fallback import add_catch_all, expect_continue
 from omnid.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -49,6 +49,7 @@ async def health(request: web.Request) -> web.Response:
         "models": {r.name: {"kind": services.kind(r.name), "status": _status(r), "request_states": r.request_states}
                    for r in services.runtimes()},
         "realtime_sessions": len(request.app[realtime.REGISTRY]),
+        "diarization_streams": len(request.app[diarization.STREAMS]),
         "uptime_s": round(time.monotonic() - request.app[STARTED], 3),
     }
     return json_response(body, 200 if services.ready else 503)
@@ -60,7 +61,7 @@ def _status(runtime) -> str:
 
 async def models(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
-    cards = [ModelCard(name, kind=services.kind(name)) for name in services.transcribers]
+    cards = [ModelCard(name, kind=services.kind(name)) for name in [*services.transcribers, *services.diarizers]]
     if services.vad is not None:
         cards.append(ModelCard(services.vad.name, kind=services.kind(services.vad.name)))
     return json_response(ModelList(cards))
@@ -133,6 +134,7 @@ def create_app(services: Services) -> web.Application:
     app.router.add_get("/metrics", metrics, expect_handler=expect_continue)
     services.metrics.add_gauges(lambda: _scraped_gauges(app))
     vad.add_routes(app, SERVICES, expect_continue)
+    diarization.add_routes(app, SERVICES, expect_continue)
     if services.config.server.page:
         page.add_routes(app, expect_continue)
     add_catch_all(app)

@@ -16,16 +16,18 @@ from omnid.api.forms import Form, FormLimits, flag, integer, number, read_form, 
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.echo import shown
 from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.sortformer.engine import PRESETS
 from omnid.engine.transcript import Segment, Transcript
 from omnid.engine.whisper.engine import TranscribeOptions
-from omnid.formats import CONTENT_TYPES, FORMATS, render
+from omnid.formats import CONTENT_TYPES, FORMATS, SPEAKER_FORMATS, render
 from omnid.logging import content
 from omnid.realtime.protocol.server_events import ErrorDetail, Usage  # one shape on every route
 from omnid.runtime import transcription
 from omnid.runtime.catalog import NotTranscription, UnknownLanguage, UnknownModel, UnsupportedLanguage, resolve_language
 from omnid.runtime.errors import JobCancelledError
 from omnid.runtime.models import transcribe_options
-from omnid.runtime.scheduler import EngineRuntime
+from omnid.runtime.scheduler import EngineRuntime, Priority
+from omnid.runtime.speakers import Speakers, assign
 from omnid.vad.filter import speech_spans
 
 log = structlog.get_logger(__name__)
@@ -46,6 +48,8 @@ class Request:
     metadata: bool
     vad_filter: bool
     audio_bytes: bytes
+    words: bool = False  # words in verbose_json (timestamp_granularities[]=word)
+    diarizer: EngineRuntime | None = None  # speakers asked for (diarized_json, or diarize=true)
 
 
 class GenerationMetadata(msgspec.Struct):
@@ -73,8 +77,10 @@ def parse(form: Form, services) -> Request:
     runtime = _model(model_id, services)
     engine = runtime.engine
     fmt = (form.get("response_format") or "json").strip()
-    if fmt not in FORMATS:
-        raise invalid("response_format", f"response_format must be one of {', '.join(FORMATS)}, got {shown(fmt)}")
+    if fmt not in FORMATS + SPEAKER_FORMATS:
+        raise invalid("response_format", f"response_format must be one of {', '.join(FORMATS + SPEAKER_FORMATS)}, "
+                                         f"got {shown(fmt)}")
+    diarizer = _diarizer(form, fmt, services)
     grans = [g.strip() for g in form.fields.get("timestamp_granularities[]", []) + form.fields.get("timestamp_granularities", [])]
     for g in grans:
         if g not in GRANULARITIES:
@@ -110,6 +116,9 @@ def parse(form: Form, services) -> Request:
     flag(form, "stop_on_token_loop")
     if metadata and not stream:
         raise invalid("include_generation_metadata", "include_generation_metadata requires stream=true")
+    if diarizer is not None and stream:
+        raise invalid("stream", "speakers (diarized_json, diarize=true) are not streamed: stream must be false",
+                      "unsupported_value")
     layout = (form.get("audio_layout") or "").strip()
     if layout and layout not in AUDIO_LAYOUTS:
         raise invalid("audio_layout", f"audio_layout must be 'reference' or 'voxt_swift', got {shown(layout)}")
@@ -121,17 +130,34 @@ def parse(form: Form, services) -> Request:
         prompt=prompt,
         temperature=temperature or 0.0,
         max_new_tokens=max_new_tokens,
-        word_timestamps="word" in grans,
+        # Speakers are assigned word by word where the model times words.
+        word_timestamps="word" in grans or (diarizer is not None and can.word_timestamps),
     )
-    return Request(runtime, options, fmt, stream, metadata, vad_filter, form.file)
+    return Request(runtime, options, fmt, stream, metadata, vad_filter, form.file, "word" in grans, diarizer)
+
+
+def _diarizer(form: Form, fmt: str, services) -> EngineRuntime | None:
+    """The diarization runtime when the request asks for speakers; a 400 naming the field when it cannot have them."""
+    diarize = flag(form, "diarize") if form.get("diarize") is not None else False
+    if diarize and fmt not in ("verbose_json", "diarized_json"):
+        raise invalid("diarize", "diarize=true needs response_format=verbose_json (or diarized_json)")
+    field = "response_format" if fmt in SPEAKER_FORMATS else "diarize" if diarize else None
+    if field is None:
+        return None
+    if not services.diarizers:
+        raise invalid(field, f"{field}={'diarized_json' if field == 'response_format' else 'true'} needs a speaker "
+                             "diarization model (a [[models]] entry with kind = \"sortformer\"); none is configured",
+                      "no_diarization_model")
+    runtime = next(iter(services.diarizers.values()))
+    require_loaded(runtime)
+    return runtime
 
 
 def _model(name: str, services) -> EngineRuntime[TranscriptionEngine]:
     try:
         runtime = services.transcribers[services.catalog.resolve(name)]
-    except NotTranscription:
-        raise invalid("model", f"model {shown(name)} is a voice activity detector, not a transcription model",
-                      "invalid_model_kind") from None
+    except NotTranscription as exc:
+        raise invalid("model", str(exc), "invalid_model_kind") from None
     except UnknownModel:
         raise ApiError(404, f"model {shown(name)} does not exist; see GET /v1/models", param="model",
                        code="model_not_found") from None
@@ -156,10 +182,13 @@ async def handle(request: web.Request, services) -> web.StreamResponse:
         speech = await _speech(audio, services) if req.vad_filter else None
         if req.stream:
             return await _stream(request, req, audio, speech, config.server.sse_heartbeat_s)
-        transcript = await _submit(req, audio, speech, None)
+        if req.diarizer is not None:
+            transcript, speakers = await _with_speakers(req, audio, speech, services)
+        else:
+            transcript, speakers = await _submit(req, audio, speech, None), None
     finally:
         _log(req, audio, started, transcript.text if transcript is not None else None)
-    body = render(transcript, req.response_format, words=req.options.word_timestamps)
+    body = render(transcript, req.response_format, words=req.words, speakers=speakers)
     return web.Response(text=body, content_type=CONTENT_TYPES[req.response_format].split(";")[0], charset="utf-8")
 
 
@@ -173,6 +202,22 @@ async def _speech(audio, services) -> list[tuple[int, int]]:
 async def _submit(req: Request, audio, speech: list[tuple[int, int]] | None, on_segment) -> Transcript:
     """One transcription job; with speech spans, only they are decoded (none: the model is not asked)."""
     return await transcription.transcribe(req.runtime, audio, req.options, clips=speech, on_segment=on_segment)
+
+
+async def _with_speakers(req: Request, audio, speech, services) -> tuple[Transcript, Speakers]:
+    """Transcription and diarization of the same audio, side by side on their own engines, then joined."""
+    assert req.diarizer is not None
+    diarizer = req.diarizer
+    preset = PRESETS[services.config.diarization.file_latency]
+    diarization = asyncio.ensure_future(diarizer.submit(lambda check: diarizer.engine.diarize(audio, preset, check),
+                                                        Priority.FILE, audio_s=len(audio) / SAMPLE_RATE))
+    try:
+        transcript = await _submit(req, audio, speech, None)
+        probs = await diarization
+    finally:
+        if not diarization.done():
+            diarization.cancel()
+    return transcript, assign(transcript, probs)
 
 
 def _sse(event: msgspec.Struct | bytes) -> bytes:

@@ -18,7 +18,7 @@ import time
 import structlog
 from aiohttp import web
 
-from omnid.api import realtime
+from omnid.api import diarization, realtime
 from omnid.api.app import create_app
 from omnid.api.errors import answer_protocol_errors_in_json
 from omnid.config import Config
@@ -59,6 +59,7 @@ class Server:
         started = time.monotonic()
         self.services.draining = True
         await realtime.shut_down(self.app[realtime.REGISTRY], grace)
+        await diarization.shut_down(self.app[diarization.STREAMS])
         idle = await self.services.idle(max(0.0, grace - (time.monotonic() - started)))
         log.info("server_drained", idle=idle, seconds=round(time.monotonic() - started, 3))
 
