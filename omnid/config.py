@@ -88,6 +88,8 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
     # Server VAD: after this much silence the turn's final is decoded at once, before the turn is over; speech
     # resuming cancels it. At or above the turn's silence_duration_ms it changes nothing.
     speculate_after_ms: int = 100
+    # The same while other jobs (another session's, a file's) are queued or running on the model.
+    loaded_speculate_after_ms: int = 200
     # The model counts as busy while more than this many finals (of any session) are queued or running on it. Then
     # no preview starts and server VAD starts no speculation, and finals are encoded with busy_final_window:
     # "content" costs a short segment a fraction of a padded 30 s window on a CPU, at a small accuracy cost; "full"
@@ -349,8 +351,8 @@ def _check_realtime(r: RealtimeConfig) -> None:
         raise ConfigError("realtime.preview_interval_s must be positive and first_preview_s not negative")
     if not 0 < r.vad_threshold < 1:
         raise ConfigError("realtime.vad_threshold must be in (0, 1)")
-    if r.speculate_after_ms < 0:
-        raise ConfigError("realtime.speculate_after_ms must not be negative")
+    if r.speculate_after_ms < 0 or r.loaded_speculate_after_ms < 0:
+        raise ConfigError("realtime.speculate_after_ms and loaded_speculate_after_ms must not be negative")
     if r.busy_finals < 0:
         raise ConfigError("realtime.busy_finals must not be negative")
     if r.max_pending_events < 16:

@@ -169,6 +169,41 @@ async def test_a_speculative_final_cancelled_when_speech_resumes_gives_one_final
     assert len(turn) <= n <= len(turn) + int(0.3 * 16000) + int(0.5 * 16000), n
 
 
+async def test_another_final_in_flight_delays_speculation_to_the_loaded_setting(vad, stand_in):
+    """One other final holds the model (not yet "busy"): the pause waits loaded_speculate_after_ms (here longer
+    than the turn's silence, so no speculation at all); on the idle model the same pause speculates."""
+    import msgspec
+
+    runtime, fake = stand_in
+    config = msgspec.structs.replace(CONFIG.realtime, loaded_speculate_after_ms=10_000)
+    turn, _ = _paused_turn()
+
+    def make():
+        events: list[de.DomainEvent] = []
+        return Session(openai.RULES, Settings("tiny.en", 16000, turns=ServerVad()), config, CONFIG.transcription,
+                       {"tiny.en": runtime}, vad, events.append), events
+
+    release = threading.Event()
+
+    def other_final(check):
+        while not release.wait(0.01):
+            check()
+        return "other"
+
+    other = asyncio.ensure_future(runtime.submit(other_final, Priority.FINAL))
+    await asyncio.sleep(0.05)
+    s, _ = make()
+    await feed(s, np.concatenate([silence(0.5), turn, silence(1.5)]))
+    assert s.speculations == 0
+    release.set()
+    assert await other == "other"
+    await s.drain()
+    s, events = make()
+    await feed(s, np.concatenate([silence(0.5), turn, silence(1.5)]))
+    await s.drain()
+    assert s.speculations >= 1 and len([e for e in events if isinstance(e, de.Final)]) == 1
+
+
 async def test_a_speculative_final_is_the_only_decode_of_its_turn(vad, stand_in):
     runtime, fake = stand_in
     a = clip_audio(CLIP)[: 2 * 16000]

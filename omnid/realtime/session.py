@@ -8,11 +8,12 @@ Scheduling: a final per closed segment, in order, at FINAL priority; at most one
 priority, started only when enough new audio has come; a preview is cancelled when its segment closes, and one
 that cannot be queued is skipped, so a machine that falls behind thins previews and never loses a final.
 
-With server VAD the final starts before the turn is over: once speech has paused for ``speculate_after_ms`` the
-segment so far is decoded at FINAL priority (a speculation); speech resuming cancels it, the turn ending makes
-its result the final. While one is pending no preview starts, so the text it continues cannot grow under it.
-While other sessions' finals keep the model busy there is no preview and no speculation, and finals take the cheaper window
-(``busy_finals``, ``busy_final_window``), so a loaded model catches up instead of falling further behind.
+With server VAD the final starts before the turn is over: once speech has paused for ``speculate_after_ms``
+(``loaded_speculate_after_ms`` while other work is on the model) the segment so far is decoded at FINAL
+priority (a speculation); speech resuming cancels it, the turn ending makes its result the final. While one is
+pending no preview starts, so the text it continues cannot grow under it. While other sessions' finals keep the
+model busy there is no preview and no speculation, and finals take the cheaper window (``busy_finals``,
+``busy_final_window``), so a loaded model catches up instead of falling further behind.
 """
 
 from __future__ import annotations
@@ -216,7 +217,7 @@ class Session:
         if self._speculation is not None or pause_from is None or seg is None or seg.speech_at is None:
             return
         end = min(now, self.buffer.end)
-        if now - pause_from < self.config.speculate_after_ms * SAMPLE_RATE // 1000 or end <= seg.speech_at:
+        if now - pause_from < self._speculate_after_ms() * SAMPLE_RATE // 1000 or end <= seg.speech_at:
             return
         if self._busy():
             return  # the final starts when the turn ends
@@ -226,6 +227,15 @@ class Session:
         job.decode.add_done_callback(_retrieved)  # a dropped speculation's failure is nobody's to report
         self._speculation = job
         self.speculations += 1
+
+    def _speculate_after_ms(self) -> int:
+        """Soon when the model has nothing else to do (this session's own preview aside); later while other work is
+        on it, where a speculation that speech cancels is work the others wait behind (a short pause inside a
+        sentence is common)."""
+        states = self.engines[self.settings.model].request_states
+        own = 1 if self._preview is not None and not self._preview.done() else 0
+        idle = sum(states.values()) <= own
+        return self.config.speculate_after_ms if idle else self.config.loaded_speculate_after_ms
 
     def _drop_speculation(self) -> None:
         job, self._speculation = self._speculation, None
