@@ -72,12 +72,15 @@ class Checkpoint:
     front: FrontEnd
     dims: Dims
     streaming: Streaming
-    weights: dict[str, np.ndarray]  # float32, mlx-community names and layouts
+    # float32, mlx-community names and layouts: MLX arrays from a safetensors file (never copied through numpy),
+    # numpy arrays from a .nemo; the model takes them over one by one (Sortformer.from_checkpoint).
+    weights: dict[str, Any]
     files: list[Path] = field(default_factory=list)
 
     @property
     def embed_positions(self) -> np.ndarray | None:
-        return self.weights.get(EMBED_POSITIONS)
+        pos = self.weights.get(EMBED_POSITIONS)
+        return None if pos is None else np.asarray(pos)
 
 
 EMBED_POSITIONS = "tf_encoder.embed_positions.weight"
@@ -135,7 +138,7 @@ def expected_shapes(d: Dims) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def check_tensors(weights: dict[str, np.ndarray], d: Dims, source: Path) -> None:
+def check_tensors(weights: dict[str, Any], d: Dims, source: Path) -> None:
     want = expected_shapes(d)
     for name, shape in want.items():
         if name not in weights:
@@ -209,7 +212,7 @@ def _load_mlx(folder: Path) -> Checkpoint:
         raw = mx.load(str(weights_path))
     except Exception as exc:  # noqa: BLE001  (any reader error is a bad checkpoint)
         raise CheckpointError(f"{weights_path}: cannot read tensors: {exc}") from exc
-    weights = {k: np.array(v.astype(mx.float32)) for k, v in raw.items()}  # type: ignore[union-attr]
+    weights = {k: v.astype(mx.float32) for k, v in raw.items()}  # type: ignore[union-attr]
     _check_front(front, dims, config_path)
     check_tensors(weights, dims, weights_path)
     return Checkpoint(folder, "mlx", front, dims, streaming, weights, [config_path, weights_path])
@@ -331,7 +334,7 @@ def _load_nemo(path: Path) -> Checkpoint:
         raise CheckpointError(f"{source}: unsupported preprocessor window or log guard")
     streaming = _streaming(mods, source)
     _check_front(front, dims, source)
-    weights: dict[str, np.ndarray] = {}
+    weights: dict[str, Any] = {}
     buffers = {}
     for name, t in state.items():
         if name.endswith("num_batches_tracked"):

@@ -64,8 +64,8 @@ class SortformerEngine:
         self.streaming = ckpt.streaming
         self.n_spk = ckpt.dims.n_spk
         self.d_model = ckpt.dims.fc_d_model
-        self.model = Sortformer.from_checkpoint(ckpt)
         self._log_positions(ckpt)
+        self.model = Sortformer.from_checkpoint(ckpt)
 
     @staticmethod
     def _log_positions(ckpt: Checkpoint) -> None:

@@ -17,7 +17,7 @@ import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import sigmoid, silu, softmax
-from omnid.engine.sortformer.checkpoint import EMBED_POSITIONS, Checkpoint, Dims
+from omnid.engine.sortformer.checkpoint import Checkpoint, Dims
 
 
 class Subsampling(nn.Module):
@@ -241,9 +241,17 @@ class Sortformer(nn.Module):
 
     @classmethod
     def from_checkpoint(cls, ckpt: Checkpoint) -> Sortformer:
+        """Takes the checkpoint's tensors over one by one (emptying ``ckpt.weights``), so a .nemo's numpy copy is
+        freed as the MLX one grows and the peak stays near one copy of the weights."""
         pos = ckpt.embed_positions
         model = cls(ckpt.dims, 0 if pos is None else pos.shape[0])
-        model.load_weights([(k, mx.array(v)) for k, v in ckpt.weights.items() if k != EMBED_POSITIONS or pos is not None])
+        tensors = []
+        for name in list(ckpt.weights):
+            tensor = ckpt.weights.pop(name)
+            tensor = tensor if isinstance(tensor, mx.array) else mx.array(tensor)
+            mx.eval(tensor)
+            tensors.append((name, tensor))
+        model.load_weights(tensors)
         mx.eval(model.parameters())
         return model
 
