@@ -32,3 +32,21 @@ def test_sliced_gelu_is_the_one_pass_gelu(monkeypatch: pytest.MonkeyPatch) -> No
     whole = cpu_math.gelu(x)
     assert sliced.shape == x.shape
     assert mx.array_equal(sliced, whole).item()
+
+
+def test_softmax_and_sigmoid_scratch_stays_bounded_and_results_are_copies():
+    """The CPU path reuses a few scratch buffers (at most SCRATCH_SHAPES per thread); what it returns is a copy,
+    so a later call never changes an earlier result."""
+    rng = np.random.default_rng(0)
+    first = None
+    for n in range(1, 3 * cpu_math.SCRATCH_SHAPES):
+        x = rng.standard_normal((2, n, 7)).astype(np.float32)
+        got = np.array(cpu_math.softmax(mx.array(x)))
+        want = np.exp(x - x.max(-1, keepdims=True))
+        np.testing.assert_allclose(got, want / want.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(np.array(cpu_math.sigmoid(mx.array(x))), 1 / (1 + np.exp(-x)), rtol=1e-5, atol=1e-7)
+        if first is None:
+            first_x, first = x, cpu_math.softmax(mx.array(x))
+        assert len(cpu_math._scratch.buffers) <= cpu_math.SCRATCH_SHAPES
+    again = np.exp(first_x - first_x.max(-1, keepdims=True))
+    np.testing.assert_allclose(np.array(first), again / again.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)

@@ -18,6 +18,8 @@ bit for bit, in about two thirds of the time (bench/profile_whisper.py prints bo
 
 from __future__ import annotations
 
+import threading
+
 import mlx.core as mx
 import numpy as np
 
@@ -89,22 +91,45 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
     return mx.concatenate(parts, axis=2)
 
 
+# Per thread, the last few scratch buffers of softmax/sigmoid, by shape. A fresh multi-MB numpy temporary per call
+# is a fresh mapping under the daemon's fixed mmap threshold (omnid/runtime/allocator.py), and page-faulting it
+# cost a Sortformer feed ~40% of its time; a reused one is warm. At most SCRATCH_SHAPES buffers per thread.
+SCRATCH_SHAPES = 4
+_scratch = threading.local()
+
+
+def _buffer(shape: tuple[int, ...]) -> np.ndarray:
+    cache: dict[tuple[int, ...], np.ndarray] = getattr(_scratch, "buffers", None) or {}
+    _scratch.buffers = cache
+    buf = cache.pop(shape, None)
+    if buf is None:
+        buf = np.empty(shape, np.float32)
+        while len(cache) >= SCRATCH_SHAPES:
+            cache.pop(next(iter(cache)))
+    cache[shape] = buf  # most recently used last
+    return buf
+
+
 def softmax(x: mx.array) -> mx.array:
     """Softmax over the last axis; on the CPU its exp runs in numpy (MLX's is a scalar loop there)."""
     if mx.default_device() != mx.cpu:
         return mx.softmax(x, axis=-1)
-    e = np.array(x, np.float32)
+    mx.eval(x)
+    e = _buffer(tuple(x.shape))
+    np.copyto(e, np.asarray(x), casting="same_kind")
     e -= e.max(axis=-1, keepdims=True)
     np.exp(e, out=e)
     e /= e.sum(axis=-1, keepdims=True)
-    return mx.array(e)
+    return mx.array(e)  # a copy: the scratch buffer is reused by the next call
 
 
 def sigmoid(x: mx.array) -> mx.array:
     """1 / (1 + exp(-x)); on the CPU in numpy, for the same reason as :func:`softmax`."""
     if mx.default_device() != mx.cpu:
         return mx.sigmoid(x)
-    e = np.negative(np.array(x, np.float32))
+    mx.eval(x)
+    e = _buffer(tuple(x.shape))
+    np.negative(np.asarray(x), out=e, casting="same_kind")
     np.exp(e, out=e)
     e += 1.0
     np.reciprocal(e, out=e)
