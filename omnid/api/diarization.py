@@ -84,10 +84,10 @@ def add_routes(app: web.Application, key: web.AppKey, expect_handler) -> None:
 def diarizer(services) -> EngineRuntime[SortformerEngine]:
     if services.draining:
         raise shutting_down()
-    if not services.diarizers:
+    runtime = services.diarizer
+    if runtime is None:
         raise ApiError(404, "no diarization model is configured (a [[models]] entry with kind = \"sortformer\")",
                        code="no_diarization_model")
-    runtime = next(iter(services.diarizers.values()))
     require_loaded(runtime)
     return runtime
 

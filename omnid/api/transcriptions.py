@@ -144,11 +144,11 @@ def _diarizer(form: Form, fmt: str, services) -> EngineRuntime | None:
     field = "response_format" if fmt in SPEAKER_FORMATS else "diarize" if diarize else None
     if field is None:
         return None
-    if not services.diarizers:
+    runtime = services.diarizer
+    if runtime is None:
         raise invalid(field, f"{field}={'diarized_json' if field == 'response_format' else 'true'} needs a speaker "
                              "diarization model (a [[models]] entry with kind = \"sortformer\"); none is configured",
                       "no_diarization_model")
-    runtime = next(iter(services.diarizers.values()))
     require_loaded(runtime)
     return runtime
 

@@ -20,15 +20,15 @@ HOP_LENGTH = 160
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH
 
 
-@lru_cache(maxsize=4)
-def mel_filters(n_mels: int) -> mx.array:
-    """Slaney-style mel filterbank (librosa's default, as Whisper uses), shape (n_fft//2+1, n_mels)."""
-    fftfreqs = np.fft.rfftfreq(n=N_FFT, d=1.0 / SAMPLE_RATE)
+def slaney_filterbank(n_fft: int, n_mels: int, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """librosa's Slaney mel filters (fmin 0, fmax sample_rate / 2, area-normalised) in float64, shape
+    (n_mels, n_fft//2+1). Whisper's and Sortformer's front ends both use it."""
+    fftfreqs = np.fft.rfftfreq(n=n_fft, d=1.0 / sample_rate)
     f_sp = 200.0 / 3
     min_log_hz = 1000.0
     min_log_mel = min_log_hz / f_sp
     logstep = np.log(6.4) / 27.0
-    max_mel = min_log_mel + np.log(SAMPLE_RATE / 2 / min_log_hz) / logstep
+    max_mel = min_log_mel + np.log(sample_rate / 2 / min_log_hz) / logstep
     mels = np.linspace(0.0, max_mel, n_mels + 2)
     freqs = f_sp * mels
     log_region = mels >= min_log_mel
@@ -39,7 +39,13 @@ def mel_filters(n_mels: int) -> mx.array:
     upper = ramps[2:] / fdiff[1:, None]
     weights = np.maximum(0.0, np.minimum(lower, upper))
     weights *= (2.0 / (freqs[2 : n_mels + 2] - freqs[:n_mels]))[:, None]
-    return mx.array(weights.T.astype(np.float32))
+    return weights
+
+
+@lru_cache(maxsize=4)
+def mel_filters(n_mels: int) -> mx.array:
+    """Whisper's filterbank, shape (n_fft//2+1, n_mels)."""
+    return mx.array(slaney_filterbank(N_FFT, n_mels).T.astype(np.float32))
 
 
 @lru_cache(maxsize=1)

@@ -60,6 +60,11 @@ class Services:
         """Which model each name means, for every route."""
         return ModelCatalog.from_config(self.config)
 
+    @property
+    def diarizer(self) -> EngineRuntime[SortformerEngine] | None:
+        """The diarization model every diarization route uses (the first configured), or None."""
+        return next(iter(self.diarizers.values()), None)
+
     def kind(self, name: str) -> str:
         """A model's kind as /v1/models and /health name it."""
         if self.vad is not None and name == self.vad.name:

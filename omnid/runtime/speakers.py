@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -14,6 +15,7 @@ from omnid.engine.sortformer.segments import FRAME_SECONDS
 from omnid.engine.transcript import Transcript
 
 LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ def span_speaker(probs: np.ndarray, start: float, end: float, threshold: float) 
     return int(frames.sum(axis=0).argmax())
 
 
-def _fill(ids: list[int | None]) -> list[int | None]:
+def _fill(ids: list[T | None]) -> list[T | None]:
     """Unassigned items join the turn before them (or, at the start, the one after)."""
     out = list(ids)
     for i in range(1, len(out)):
@@ -95,13 +97,7 @@ def _by_word(transcript: Transcript, probs: np.ndarray, threshold: float) -> Spe
         current.append((word, label))
         last_segment = i
     close()
-    # A segment's speaker: the label of most of its words (the first such in order of appearance on a tie).
-    segment_labels = [max(dict.fromkeys(ws), key=ws.count) if ws else "" for ws in per_segment]
-    return Speakers(turns, _fill_labels(segment_labels), per_segment)
-
-
-def _fill_labels(labels: list[str]) -> list[str]:
-    """A segment without words (silence) takes its neighbour's speaker."""
-    ids: list[int | None] = [None if not label else LABELS.index(label) for label in labels]
-    filled = _fill(ids)
-    return [LABELS[i] if i is not None else "A" for i in filled]
+    # A segment's speaker: the label of most of its words (the first such in order of appearance on a tie); a
+    # segment without words (silence) takes its neighbour's.
+    majority = _fill([max(dict.fromkeys(ws), key=ws.count) if ws else None for ws in per_segment])
+    return Speakers(turns, [label or "A" for label in majority], per_segment)

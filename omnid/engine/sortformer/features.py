@@ -13,6 +13,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from omnid.engine.logmel import slaney_filterbank
+
 LOG_GUARD = 2.0**-24
 # STFT frames per block: bounds the temporaries (frames x n_fft floats) whatever the audio's length.
 BLOCK_FRAMES = 4096
@@ -39,31 +41,11 @@ def window(front: FrontEnd) -> np.ndarray:
     return out.astype(np.float32)
 
 
-def _hz_to_mel(f: np.ndarray) -> np.ndarray:
-    f_sp, min_log_hz, logstep = 200.0 / 3, 1000.0, np.log(6.4) / 27.0
-    mels = f / f_sp
-    return np.where(f >= min_log_hz, min_log_hz / f_sp + np.log(np.maximum(f, 1e-10) / min_log_hz) / logstep, mels)
-
-
-def _mel_to_hz(m: np.ndarray) -> np.ndarray:
-    f_sp, min_log_hz, logstep = 200.0 / 3, 1000.0, np.log(6.4) / 27.0
-    min_log_mel = min_log_hz / f_sp
-    return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
-
-
 @lru_cache(maxsize=4)
 def mel_filterbank(front: FrontEnd) -> np.ndarray:
-    """librosa.filters.mel(sr, n_fft, n_mels, fmin=0, fmax=sr/2, norm="slaney"), shape (n_mels, n_fft//2 + 1)."""
-    fftfreqs = np.fft.rfftfreq(front.n_fft, 1.0 / front.sample_rate)
-    mel_f = _mel_to_hz(np.linspace(_hz_to_mel(np.array(0.0)), _hz_to_mel(np.array(front.sample_rate / 2.0)),
-                                   front.n_mels + 2))
-    fdiff = np.diff(mel_f)
-    ramps = mel_f[:, None] - fftfreqs[None, :]
-    lower = -ramps[:-2] / fdiff[:-1, None]
-    upper = ramps[2:] / fdiff[1:, None]
-    weights = np.maximum(0.0, np.minimum(lower, upper)).astype(np.float32)
-    weights *= (2.0 / (mel_f[2 : front.n_mels + 2] - mel_f[: front.n_mels]))[:, None].astype(np.float32)
-    return weights
+    """librosa.filters.mel(sr, n_fft, n_mels, fmin=0, fmax=sr/2, norm="slaney") in float32, shape
+    (n_mels, n_fft//2 + 1): the filterbank NeMo stores in a .nemo."""
+    return slaney_filterbank(front.n_fft, front.n_mels, front.sample_rate).astype(np.float32)
 
 
 def log_mel(audio: np.ndarray, front: FrontEnd, keep_last: bool = False) -> np.ndarray:
