@@ -1,5 +1,3 @@
-import sys
+from omnid.cli import entry
 
-from omnid.cli import main
-
-sys.exit(main())
+entry()

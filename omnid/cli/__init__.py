@@ -8,7 +8,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from omnid import __version__
 from omnid.config import ConfigError, load_config
@@ -97,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="versions, device, BLAS, models and their pins")
     d.add_argument("--config", type=Path)
     return parser
+
+
+def entry() -> NoReturn:
+    """The console script and ``python -m omnid``: the command's code, without interpreter teardown (see
+    ``process_exit``): a one-shot command that ran a model would otherwise abort now and then on its way out."""
+    from omnid.cli.process_exit import exit_now
+
+    exit_now(main())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

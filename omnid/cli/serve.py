@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import signal
 import socket
@@ -21,6 +20,7 @@ from aiohttp import web
 from omnid.api import diarization, realtime
 from omnid.api.app import create_app
 from omnid.api.errors import answer_protocol_errors_in_json
+from omnid.cli.process_exit import exit_now
 from omnid.config import Config
 from omnid.logging import reopen_log_file, set_log_content
 from omnid.runtime.allocator import return_large_buffers
@@ -186,22 +186,10 @@ def run(config: Config, supervised: bool = False) -> int:
     inside native code, can abort (SIGABRT) instead of returning the code Voxt relies on."""
 
     async def main() -> int:
-        code = await serve(config, supervised)
-        _exit(code)
-        return code
+        exit_now(await serve(config, supervised))
 
     try:
         import uvloop
     except ImportError:  # uvloop is optional off Unix
         return asyncio.run(main())
     return uvloop.run(main())
-
-
-def _exit(code: int) -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    logging.shutdown()
-    os._exit(code)
