@@ -41,7 +41,8 @@ class EngineConfig(msgspec.Struct, forbid_unknown_fields=True):
     max_queue: int = 16
     # Jobs one model runs together (windows encoded as one batch, decoders stepped together); 1: one at a time.
     max_batch: int = 4
-    # Seconds an engine (VAD included) must have been idle before MLX's buffer cache is released.
+    # Seconds an engine (VAD included) must have been idle before MLX's buffer cache is released; also how long
+    # the daemon must have had no request open before freed memory goes back to the system.
     idle_clear_s: float = 1.0
 
 

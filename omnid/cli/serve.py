@@ -23,7 +23,6 @@ from omnid.api.errors import answer_protocol_errors_in_json
 from omnid.cli.process_exit import exit_now
 from omnid.config import Config
 from omnid.logging import reopen_log_file, set_log_content
-from omnid.runtime.allocator import return_large_buffers
 from omnid.runtime.registry import Services
 
 log = structlog.get_logger(__name__)
@@ -49,7 +48,8 @@ class Server:
         site = web.SockSite(self.runner, sock)
         await site.start()
         self.port = sock.getsockname()[1]
-        log.info("server_listening", host=self.config.server.host, port=self.port)
+        log.info("server_listening", host=self.config.server.host, port=self.port,
+                 trims_heap_when_idle=self.services.heap.available)
         await self.services.start()
 
     async def drain(self) -> None:
@@ -143,7 +143,6 @@ async def serve(config: Config, supervised: bool = False) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, on_signal, sig)
-    log.info("allocator", returns_large_buffers=return_large_buffers())
     server: Server | None = None
     try:
         server = Server(config)

@@ -92,8 +92,8 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
 
 
 # Per thread, the last few scratch buffers of softmax/sigmoid, by shape. A fresh multi-MB numpy temporary per call
-# is a fresh mapping under the daemon's fixed mmap threshold (omnid/runtime/allocator.py), and page-faulting it
-# cost a Sortformer feed ~40% of its time; a reused one is warm. At most SCRATCH_SHAPES buffers per thread.
+# can be a fresh mapping (malloc maps buffers above its mmap threshold), and page-faulting it cost a Sortformer
+# feed much of its time; a reused one is warm. At most SCRATCH_SHAPES buffers per thread.
 SCRATCH_SHAPES = 4
 _scratch = threading.local()
 

@@ -1,33 +1,80 @@
-"""Memory handed back once a request is done.
+"""Memory handed back to the system once the daemon is idle.
 
-glibc's malloc, left to itself, raises its mmap threshold after the first large buffer is freed (up to 32 MiB), so
-every later request-sized buffer (an upload, its decoded audio, a 900 kB WebSocket frame) comes from the heap, and
-the heap stays resident after they are freed: each round of hostile requests left the daemon ~40-190 MB larger.
-A fixed threshold makes every large buffer its own mapping, returned to the system as soon as it is freed.
-Elsewhere (macOS's allocator, musl) this is a no-op.
+glibc's malloc keeps freed memory in its heaps: after a round of large requests (an upload, its decoded audio, a
+900 kB WebSocket frame) the daemon stayed ~40-190 MB larger. Fixing the mmap threshold low instead (every large
+buffer its own mapping, unmapped when freed) returns that memory at once but makes every large temporary a fresh
+mapping to page-fault: it made a Sortformer feed ~40% slower in the daemon than in a plain process, and costs
+Whisper the same way. So malloc keeps its own thresholds (hot buffers are reused, warm), and ``malloc_trim`` hands
+every free page of every heap back when no request has been open for a moment (HeapTrimmer). Elsewhere (macOS's
+allocator, musl) there is nothing to trim and the trimmer does nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
+import time
+from typing import Callable
 
-# mallopt parameters (malloc.h)
-M_TRIM_THRESHOLD = -1
-M_MMAP_THRESHOLD = -3
-# Buffers at least this large get their own mapping; the heap is trimmed when this much is free at its top.
-LARGE_BUFFER_BYTES = 128 * 1024
+import structlog
+
+log = structlog.get_logger("omnid.allocator")
 
 
-def return_large_buffers() -> bool:
-    """Fixes glibc's mmap and trim thresholds; True when the C library took them."""
+def _malloc_trim() -> Callable[[], None] | None:
     name = ctypes.util.find_library("c")
     if name is None:
-        return False
+        return None
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        trim = ctypes.CDLL(name).malloc_trim
     except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, LARGE_BUFFER_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, LARGE_BUFFER_BYTES))
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+
+    def release() -> None:
+        trim(0)
+
+    return release
+
+
+class HeapTrimmer:
+    """Counts open requests; ``delay_s`` after the count falls to zero (and stays there), the C heaps' free pages
+    go back to the system. Open WebSocket sessions are open requests, so a live stream never pays for re-faulting
+    its buffers."""
+
+    def __init__(self, delay_s: float, release: Callable[[], None] | None = None):
+        self.delay_s = delay_s
+        self._release = release if release is not None else _malloc_trim()
+        self._open = 0
+        self._pending: asyncio.TimerHandle | None = None
+        self.trims = 0
+
+    @property
+    def available(self) -> bool:
+        return self._release is not None
+
+    def enter(self) -> None:
+        self._open += 1
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+
+    def leave(self) -> None:
+        self._open -= 1
+        if self._open == 0 and self._release is not None:
+            self._pending = asyncio.get_running_loop().call_later(self.delay_s, self._trim)
+
+    def _trim(self) -> None:
+        self._pending = None
+        if self._open or self._release is None:
+            return
+        started = time.perf_counter()
+        self._release()
+        self.trims += 1
+        log.debug("heap_trimmed", duration_ms=round(1000 * (time.perf_counter() - started), 2))
+
+    def close(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None

@@ -13,6 +13,7 @@ from omnid.config import Config
 from omnid.engine.interface import TranscriptionEngine
 from omnid.engine.sortformer.engine import SortformerEngine
 from omnid.metrics import Metrics
+from omnid.runtime.allocator import HeapTrimmer
 from omnid.runtime.catalog import ModelCatalog
 from omnid.runtime.models import diarizer_runtime, model_runtime
 from omnid.runtime.scheduler import EngineRuntime
@@ -33,10 +34,11 @@ class Services:
     draining: bool = False  # shutting down: no new work
     failure: str | None = None
     metrics: Metrics = field(default_factory=Metrics)
+    heap: HeapTrimmer = field(default_factory=lambda: HeapTrimmer(1.0))
 
     @classmethod
     def create(cls, config: Config) -> "Services":
-        services = cls(config)
+        services = cls(config, heap=HeapTrimmer(config.engine.idle_clear_s))
         for model in config.models:
             if model.kind == "sortformer":
                 services.diarizers[model.id] = diarizer_runtime(model, config)
@@ -97,6 +99,7 @@ class Services:
         return True
 
     def close(self) -> None:
+        self.heap.close()
         for runtime in self.runtimes():
             runtime.close()
 
