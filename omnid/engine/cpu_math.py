@@ -77,21 +77,85 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
     q, k_t, v = q * scale, mx.contiguous(k.swapaxes(-1, -2)), mx.contiguous(v)
     parts = []
     for start in range(0, q.shape[2], ATTENTION_ROWS):
-        scores = q[:, :, start : start + ATTENTION_ROWS] @ k_t
-        mx.eval(scores)
-        # A zero-copy view of the evaluated scores, turned into exp(score - max) in place: nothing else holds
-        # this fresh buffer, and the second product reads it as it now is. Normalising after that product
-        # divides rows x head_dim numbers instead of rows x positions.
-        e = np.asarray(scores)
-        e -= e.max(axis=-1, keepdims=True)
-        np.exp(e, out=e)
-        part = (scores @ v) / mx.array(e.sum(axis=-1, keepdims=True))
-        mx.eval(part)
-        parts.append(part)
+        parts.append(_softmax_times(q[:, :, start : start + ATTENTION_ROWS] @ k_t, v))
     return mx.concatenate(parts, axis=2)
 
 
-# Per thread, the last few scratch buffers of softmax/sigmoid, by shape. A fresh multi-MB numpy temporary per call
+def relative_attention(q_u: mx.array, q_v: mx.array, k: mx.array, p: mx.array, v: mx.array,
+                       scale: float) -> mx.array:
+    """Transformer-XL attention over (1, heads, T, head_dim) arrays: softmax((q_u k^T + shift(q_v p^T)) * scale) v,
+    where ``p`` holds the 2T-1 relative positions T-1 ... -(T-1) and shift takes, for query i and key j, the
+    score of relative position i - j (Transformer-XL's pad-and-reshape shift, as a strided view: row i of the
+    (T, 2T-1) scores read from column T-1-i on)."""
+    t = q_u.shape[2]
+    q_u, q_v = q_u * scale, q_v * scale
+    k_t, p_t = mx.contiguous(k.swapaxes(-1, -2)), mx.contiguous(p.swapaxes(-1, -2))
+    if mx.default_device() != mx.cpu:
+        return mx.softmax(q_u @ k_t + _shifted(q_v @ p_t, 0), axis=-1) @ v
+    v = mx.contiguous(v)
+    parts = []
+    for start in range(0, t, ATTENTION_ROWS):
+        rows = slice(start, start + ATTENTION_ROWS)
+        parts.append(_softmax_times(q_u[:, :, rows] @ k_t + _shifted(q_v[:, :, rows] @ p_t, start), v))
+    return mx.concatenate(parts, axis=2)
+
+
+def _shifted(by_position: mx.array, first_row: int) -> mx.array:
+    """(B, H, R, 2T-1) scores of queries first_row ... by relative position -> (B, H, R, T) by key, without a copy."""
+    b, h, r, width = by_position.shape
+    t = (width + 1) // 2
+    return mx.as_strided(by_position, (b, h, r, t), (h * r * width, r * width, width - 1, 1), t - 1 - first_row)
+
+
+def _softmax_times(scores: mx.array, v: mx.array) -> mx.array:
+    """softmax(scores) v, on the CPU."""
+    mx.eval(scores)
+    # A zero-copy view of the evaluated scores, turned into exp(score - max) in place: nothing else holds this
+    # fresh buffer, and the product reads it as it now is. Normalising after that product divides rows x head_dim
+    # numbers instead of rows x positions.
+    e = np.asarray(scores)
+    e -= e.max(axis=-1, keepdims=True)
+    np.exp(e, out=e)
+    part = (scores @ v) / mx.array(e.sum(axis=-1, keepdims=True))
+    mx.eval(part)
+    return part
+
+
+def depthwise_conv1d(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
+    """A 'same'-padded depthwise convolution over time: x (B, T, C), weight (C, K, 1) as MLX stores a grouped
+    Conv1d's, K odd. On the CPU as K shifted multiply-adds over contiguous rows: MLX's CPU grouped convolution
+    took twice as long (a Sortformer Conformer layer's k=9 over 609 x 512: 4.7 ms against 2.3)."""
+    k = weight.shape[1]
+    if mx.default_device() != mx.cpu:
+        return mx.conv1d(x, weight, padding=(k - 1) // 2, groups=x.shape[-1]) + bias
+    t = x.shape[1]
+    padded = mx.pad(x, [(0, 0), ((k - 1) // 2, (k - 1) // 2), (0, 0)])
+    out = bias
+    for i in range(k):
+        out = out + padded[:, i : i + t] * weight[:, i, 0]
+    return out
+
+
+def depthwise_conv2d_stride2(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """A 3x3 depthwise convolution with stride 2 and padding 1, in numpy: x (T, F, C), weight (C, 3, 3, 1) as MLX
+    stores a grouped Conv2d's -> (ceil(T/2), ceil(F/2), C). Nine strided multiply-adds whose inner loops run over
+    contiguous channels; MLX's CPU grouped convolution took 137 ms for a Sortformer chunk's first one
+    (1524 x 64 x 256), this 92 ms."""
+    t, f, c = x.shape
+    t_out, f_out = (t + 1) // 2, (f + 1) // 2
+    padded = np.zeros((t + 2, f + 2, c), np.float32)
+    padded[1:-1, 1:-1] = x
+    out = np.empty((t_out, f_out, c), np.float32)
+    out[:] = bias
+    tap = np.empty_like(out)
+    for i in range(3):
+        for j in range(3):
+            np.multiply(padded[i : i + 2 * t_out : 2, j : j + 2 * f_out : 2], weight[:, i, j, 0], out=tap)
+            out += tap
+    return out
+
+
+# Per thread, the last few scratch buffers of sigmoid, by shape. A fresh multi-MB numpy temporary per call
 # can be a fresh mapping (malloc maps buffers above its mmap threshold), and page-faulting it cost a Sortformer
 # feed much of its time; a reused one is warm. At most SCRATCH_SHAPES buffers per thread.
 SCRATCH_SHAPES = 4
@@ -110,21 +174,8 @@ def _buffer(shape: tuple[int, ...]) -> np.ndarray:
     return buf
 
 
-def softmax(x: mx.array) -> mx.array:
-    """Softmax over the last axis; on the CPU its exp runs in numpy (MLX's is a scalar loop there)."""
-    if mx.default_device() != mx.cpu:
-        return mx.softmax(x, axis=-1)
-    mx.eval(x)
-    e = _buffer(tuple(x.shape))
-    np.copyto(e, np.asarray(x), casting="same_kind")
-    e -= e.max(axis=-1, keepdims=True)
-    np.exp(e, out=e)
-    e /= e.sum(axis=-1, keepdims=True)
-    return mx.array(e)  # a copy: the scratch buffer is reused by the next call
-
-
 def sigmoid(x: mx.array) -> mx.array:
-    """1 / (1 + exp(-x)); on the CPU in numpy, for the same reason as :func:`softmax`."""
+    """1 / (1 + exp(-x)); on the CPU in numpy (MLX's exp is a scalar loop there)."""
     if mx.default_device() != mx.cpu:
         return mx.sigmoid(x)
     mx.eval(x)

@@ -16,7 +16,14 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from omnid.engine.cpu_math import sigmoid, silu, softmax
+from omnid.engine.cpu_math import (
+    attention,
+    depthwise_conv1d,
+    depthwise_conv2d_stride2,
+    relative_attention,
+    sigmoid,
+    silu,
+)
 from omnid.engine.sortformer.checkpoint import Checkpoint, Dims
 
 
@@ -37,10 +44,17 @@ class Subsampling(nn.Module):
     def __call__(self, mel: mx.array) -> mx.array:
         """mel (B, T, n_mels) -> (B, ceil(T / 8), d_model)."""
         x = nn.relu(self.layers_0(mel[..., None]))
-        x = nn.relu(self.layers_3(self.layers_2(x)))
-        x = nn.relu(self.layers_6(self.layers_5(x)))
+        x = nn.relu(self.layers_3(self._depthwise(self.layers_2, x)))
+        x = nn.relu(self.layers_6(self._depthwise(self.layers_5, x)))
         b, t, f, c = x.shape
         return self.linear(x.transpose(0, 1, 3, 2).reshape(b, t, c * f))
+
+    @staticmethod
+    def _depthwise(conv: nn.Conv2d, x: mx.array) -> mx.array:
+        if mx.default_device() != mx.cpu or x.shape[0] != 1:
+            return conv(x)
+        mx.eval(x)
+        return mx.array(depthwise_conv2d_stride2(np.asarray(x)[0], np.asarray(conv.weight), np.asarray(conv.bias)))[None]
 
 
 @lru_cache(maxsize=8)
@@ -53,13 +67,6 @@ def relative_positions(length: int, d_model: int) -> mx.array:
     pe[:, 0::2] = np.sin(pos * div)
     pe[:, 1::2] = np.cos(pos * div)
     return mx.array(pe)
-
-
-def rel_shift(x: mx.array) -> mx.array:
-    """(B, H, T, 2T-1) scores by relative position -> (B, H, T, T) by key: NeMo's pad-and-reshape shift."""
-    b, h, t, p = x.shape
-    x = mx.pad(x, [(0, 0), (0, 0), (0, 0), (1, 0)]).reshape(b, h, p + 1, t)
-    return x[:, :, 1:].reshape(b, h, t, p)[..., :t]
 
 
 class RelPositionAttention(nn.Module):
@@ -75,13 +82,13 @@ class RelPositionAttention(nn.Module):
         b, t, m = x.shape
         h, dk = self.heads, m // self.heads
         q = self.q_proj(x).reshape(b, t, h, dk)
-        k = self.k_proj(x).reshape(b, t, h, dk).transpose(0, 2, 3, 1)
+        k = self.k_proj(x).reshape(b, t, h, dk).transpose(0, 2, 1, 3)
         v = self.v_proj(x).reshape(b, t, h, dk).transpose(0, 2, 1, 3)
-        p = self.relative_k_proj(pos).reshape(1, -1, h, dk).transpose(0, 2, 3, 1)
-        ac = (q + self.bias_u).transpose(0, 2, 1, 3) @ k
-        bd = rel_shift((q + self.bias_v).transpose(0, 2, 1, 3) @ p)
-        attn = softmax((ac + bd) / math.sqrt(dk))
-        return self.o_proj((attn @ v).transpose(0, 2, 1, 3).reshape(b, t, m))
+        p = self.relative_k_proj(pos).reshape(1, -1, h, dk).transpose(0, 2, 1, 3)
+        q_u, q_v = (q + self.bias_u).transpose(0, 2, 1, 3), (q + self.bias_v).transpose(0, 2, 1, 3)
+        out = mx.concatenate([relative_attention(q_u[i : i + 1], q_v[i : i + 1], k[i : i + 1], p, v[i : i + 1],
+                                                 1 / math.sqrt(dk)) for i in range(b)])
+        return self.o_proj(out.transpose(0, 2, 1, 3).reshape(b, t, m))
 
 
 class FeedForward(nn.Module):
@@ -120,7 +127,8 @@ class ConvModule(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         a, gate = mx.split(self.pointwise_conv1(x), 2, axis=-1)
-        x = self.depthwise_conv(a * sigmoid(gate))
+        conv = self.depthwise_conv
+        x = depthwise_conv1d(a * sigmoid(gate), conv.weight, conv.bias)
         return self.pointwise_conv2(silu(self.norm(x)))
 
 
@@ -177,10 +185,9 @@ class TransformerAttention(nn.Module):
         # NeMo scales q and k each by dh^-1/4.
         scale = 1.0 / math.sqrt(math.sqrt(dh))
         q = (self.q_proj(x) * scale).reshape(b, t, h, dh).transpose(0, 2, 1, 3)
-        k = (self.k_proj(x) * scale).reshape(b, t, h, dh).transpose(0, 2, 3, 1)
+        k = (self.k_proj(x) * scale).reshape(b, t, h, dh).transpose(0, 2, 1, 3)
         v = self.v_proj(x).reshape(b, t, h, dh).transpose(0, 2, 1, 3)
-        attn = softmax(q @ k)
-        return self.out_proj((attn @ v).transpose(0, 2, 1, 3).reshape(b, t, f))
+        return self.out_proj(attention(q, k, v, 1.0).transpose(0, 2, 1, 3).reshape(b, t, f))
 
 
 class TransformerLayer(nn.Module):
