@@ -88,3 +88,11 @@ def test_depthwise_convolutions_are_mlxs_grouped_ones(frames: int) -> None:
     got2 = cpu_math.depthwise_conv2d_stride2(np.array(y)[0], np.array(conv2.weight), np.array(conv2.bias))
     assert got2.shape == want.shape == ((frames + 1) // 2, 4, 5)
     assert np.abs(got2 - want).max() <= 1e-5
+
+
+def test_silu_of_a_fresh_array_is_silu():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 40, 16)).astype(np.float32) * 4
+    weight = mx.array(np.eye(16, dtype=np.float32))
+    got = np.array(cpu_math.silu_of_fresh(mx.array(x) @ weight))  # a product's output, held by nobody else
+    np.testing.assert_allclose(got, x / (1 + np.exp(-x)), rtol=1e-5, atol=1e-6)

@@ -23,6 +23,7 @@ from omnid.engine.cpu_math import (
     relative_attention,
     sigmoid,
     silu,
+    silu_of_fresh,
 )
 from omnid.engine.sortformer.checkpoint import Checkpoint, Dims
 
@@ -98,7 +99,7 @@ class FeedForward(nn.Module):
         self.linear2 = nn.Linear(ff, m)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.linear2(silu(self.linear1(x)))
+        return self.linear2(silu_of_fresh(self.linear1(x)))
 
 
 class BatchNorm(nn.Module):
