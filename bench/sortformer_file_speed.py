@@ -16,8 +16,9 @@ so both systems run the same weights. The audio is 300 s of two synthetic voices
 
 Each system runs in its own fresh processes; each process loads the model once, then diarizes the whole file
 --repeats times (the first pass warms caches and is not counted). Printed: load s, the median pass in seconds, the
-real-time factor (pass time / audio time), peak RSS (ru_maxrss), omnid's median against NeMo's, and how far
-omnid's probabilities are from NeMo's (max abs over every frame and speaker).
+real-time factor (pass time / audio time), peak RSS (ru_maxrss), omnid's median against NeMo's, how far
+omnid's probabilities are from NeMo's (max abs over every frame and speaker), and where one pass of each goes:
+pre-encode, Conformer, Transformer and head (the rest is the front end and the streaming state updates).
 
     .venv/bin/python bench/sortformer_file_speed.py --nemo-python /tmp/nemo-venv/bin/python   # ~15 min here
     .venv/bin/python bench/sortformer_file_speed.py --nemo-python ... --seconds 60 --repeats 2
@@ -76,17 +77,41 @@ def nemo_worker(nemo_file: Path, seconds: float, repeats: int, out: Path) -> dic
     mods = model.sortformer_modules
     (mods.chunk_len, mods.chunk_right_context, mods.fifo_len, mods.spkcache_update_period,
      mods.spkcache_len) = VERY_HIGH
+    stages: dict[str, float] = {}
+    pre_started: list[float] = []
+    model.encoder.pre_encode.register_forward_pre_hook(lambda *_: pre_started.append(time.perf_counter()))
+    model.encoder.pre_encode.register_forward_hook(lambda *_: _add(stages, "pre-encode", pre_started.pop()))
+    model.frontend_encoder = _timed(model.frontend_encoder, stages, "Conformer")
+    model.forward_infer = _timed(model.forward_infer, stages, "Transformer and head")
     audio = torch.from_numpy(two_voices(seconds))[None]
     length = torch.tensor([audio.shape[1]])
     times = []
     with torch.no_grad():
         for _ in range(repeats):
+            stages.clear()
             t = time.perf_counter()
             mel, mel_len = model.process_signal(audio_signal=audio, audio_signal_length=length)
             probs = model.forward_streaming(mel[:, :, : int(mel_len.max())], mel_len)[0].numpy()
             times.append(time.perf_counter() - t)
     np.save(out, probs.astype(np.float32))
-    return {"load_s": load_s, "times": times, "threads": torch.get_num_threads()}
+    return {"load_s": load_s, "times": times, "stages": stages, "threads": torch.get_num_threads()}
+
+
+def _add(stages: dict[str, float], name: str, started: float) -> None:
+    stages[name] = stages.get(name, 0.0) + time.perf_counter() - started
+
+
+def _timed(fn, stages: dict[str, float], name: str, sync=lambda out: None):
+    """fn, adding its wall time (after ``sync`` of its output, for lazy MLX arrays) to stages[name]."""
+
+    def call(*args, **kwargs):
+        started = time.perf_counter()
+        out = fn(*args, **kwargs)
+        sync(out)
+        _add(stages, name, started)
+        return out
+
+    return call
 
 
 def omnid_worker(nemo_file: Path, seconds: float, repeats: int, out: Path) -> dict:
@@ -99,14 +124,19 @@ def omnid_worker(nemo_file: Path, seconds: float, repeats: int, out: Path) -> di
     started = time.perf_counter()
     engine = SortformerEngine("bench", nemo_file)
     load_s = time.perf_counter() - started
+    model, stages = engine.model, {}
+    model.pre_encode = _timed(model.pre_encode, stages, "pre-encode", np.asarray)  # np.asarray: evaluates
+    model.fc_encoder.encode = _timed(model.fc_encoder.encode, stages, "Conformer", np.asarray)
+    model.tf_encoder = _timed(model.tf_encoder, stages, "Transformer and head", np.asarray)
     audio = two_voices(seconds)
     times = []
     for _ in range(repeats):
+        stages.clear()
         t = time.perf_counter()
         probs = engine.diarize(audio, PRESETS["very_high"])
         times.append(time.perf_counter() - t)
     np.save(out, probs.astype(np.float32))
-    return {"load_s": load_s, "times": times}
+    return {"load_s": load_s, "times": times, "stages": stages}
 
 
 def run_worker(python: str, system: str, nemo_file: Path, args: argparse.Namespace, out: Path) -> dict:
@@ -159,6 +189,13 @@ def main() -> None:
         med[name] = statistics.median(passes)
         print(f"| {name} | {statistics.median(r['load_s'] for r in runs):.2f} | {med[name]:.2f} | "
               f"{med[name] / args.seconds:.3f} | {statistics.median(r['rss_mb'] for r in runs):.0f} |")
+    print("\nWhere a pass goes (s, the last counted pass of each system's first process; NeMo's Transformer row is its"
+          " forward_infer, which also holds the small speaker head):\n")
+    print("| stage | NeMo | omnid |\n|---|---|---|")
+    firsts = {name: runs[0]["stages"] for name, runs in rows.items()}
+    nemo_stages, omnid_stages = firsts["NeMo forward_streaming (torch CPU)"], firsts["omnid file route (MLX)"]
+    for stage in nemo_stages:
+        print(f"| {stage} | {nemo_stages[stage]:.2f} | {omnid_stages.get(stage, float('nan')):.2f} |")
     nemo, mine = med["NeMo forward_streaming (torch CPU)"], med["omnid file route (MLX)"]
     frames = min(len(probs["nemo"]), len(probs["omnid"]))
     diff = float(np.abs(probs["nemo"][:frames] - probs["omnid"][:frames]).max())
