@@ -102,8 +102,10 @@ def test_the_cpu_step_is_the_mlx_step(vad):
             p, h, c = vad.cpu().step(x, h, c)
             p_mlx, h_mlx, c_mlx = vad.step_mlx(x, h_mlx, c_mlx)
             np.testing.assert_allclose(p, p_mlx, atol=1e-5)
-            np.testing.assert_allclose(h, h_mlx, atol=1e-5)
-            np.testing.assert_allclose(c, c_mlx, atol=1e-5)
+            # The LSTM state carries rounding from step to step: after 40 steps 1.5e-5 apart on one machine here
+            # (its BLAS kernels differ by CPU), still far below anything a probability would show.
+            np.testing.assert_allclose(h, h_mlx, atol=5e-5)
+            np.testing.assert_allclose(c, c_mlx, atol=5e-5)
             assert p.shape == (n,) and p.dtype == np.float32
             top = max(top, float(p.max()))
         assert top > 0.9  # speech was seen, not just silence compared

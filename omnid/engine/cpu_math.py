@@ -1,27 +1,37 @@
-"""Activations and attention for the encoders, fast on MLX's CPU backend as well as on Metal.
+"""Activations, attention and convolutions for the encoders, fast on MLX's CPU backend as well as on Metal.
 
 MLX's CPU kernels for exp and erf are scalar loops (``mx.exp`` about 27x slower than ``np.exp`` here), while adds,
 multiplies and OpenBLAS matrix products are fast, so an encoder's attention softmax and GELU were most of its time
 on a CPU. ``gelu`` replaces erf by a rational function (adds, multiplies, one divide), pure MLX, on every device.
-``attention`` keeps both products in MLX (its OpenBLAS) and only the exp in numpy, on the CPU device; Metal keeps
-MLX's fused kernel.
+Whisper's ``attention`` keeps both products in MLX (its OpenBLAS) and only the exp in numpy, on the CPU device;
+Metal keeps MLX's fused kernel.
 
-(A first version also did the products in numpy, which brings numpy's own OpenBLAS thread pool into the process
-beside the one MLX uses; with it a realtime preview's encoder fell behind the VAD in a session test, most likely
-two spinning pools on two cores. This one keeps numpy to single-threaded element-wise work.)
+Sortformer's attentions (``head_attention``, ``relative_attention``) and its element-wise chains go further on the
+CPU: numpy does all of a head's work, products included, with the heads (or the rows of an activation) shared among
+CPU_THREADS threads, because MLX's element-wise kernels use one core and torch's, which NeMo runs on, use all.
+numpy's own BLAS, a second library beside MLX's, is held to one thread per caller meanwhile (``_by_heads``): an
+earlier version let it start its own pool, and two spinning pools on two cores made a realtime preview's encoder
+fall behind the VAD in a session test.
 
-On the CPU both also work in slices that stay in cache: MLX runs each element-wise op over the whole array before
-the next, so a GELU's ~25 ops over a 9 MB activation, or a softmax over 54 MB of scores, stream through memory
-again and again. Slices of a few hundred KB (GELU) or a few hundred query rows (attention) give the same numbers,
-bit for bit, in about two thirds of the time (bench/profile_whisper.py prints both).
+On the CPU all of them work in slices that stay in cache: MLX runs each element-wise op over the whole array
+before the next, so a GELU's ~25 ops over a 9 MB activation, or a softmax over 54 MB of scores, stream through
+memory again and again. Slices of a few hundred KB (GELU) or a few hundred query rows (attention) give the same
+numbers, to the rounding of a BLAS whose kernels differ by row block, in about two thirds of the time
+(bench/profile_whisper.py prints both).
 """
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from functools import lru_cache
 
 import mlx.core as mx
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 # erf as a rational function of x on [-4, 4] (odd numerator, even denominator; saturated outside, where float32
 # erf is +-1): the minimax approximation XLA and Eigen use for float32, within 1.5e-6 of erf. MLX's CPU erf is a
@@ -81,25 +91,124 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
     return mx.concatenate(parts, axis=2)
 
 
-def relative_attention(q_u: mx.array, q_v: mx.array, k: mx.array, p: mx.array, v: mx.array,
-                       scale: float) -> mx.array:
-    """Transformer-XL attention over (B, heads, T, head_dim) arrays, ``p`` (1, heads, 2T-1, head_dim):
-    softmax((q_u k^T + shift(q_v p^T)) * scale) v, where ``p`` holds the relative positions T-1 ... -(T-1) and shift
-    takes, for query i and key j, the score of relative position i - j (Transformer-XL's pad-and-reshape shift, as
-    a strided view: row i of the (T, 2T-1) scores read from column T-1-i on)."""
-    t = q_u.shape[2]
-    q_u, q_v = q_u * scale, q_v * scale
-    k_t, p = mx.contiguous(k.swapaxes(-1, -2)), mx.contiguous(p)
+def head_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
+    """softmax(q k^T * scale) v over (B, T, heads, head_dim) arrays (as a projection's output is laid out), without
+    a mask, -> (B, T, heads, head_dim). On the CPU each head in numpy, the heads shared among CPU_THREADS threads
+    (see _by_heads), read and written in place in that layout."""
     if mx.default_device() != mx.cpu:
-        return mx.softmax(q_u @ k_t + _shifted(q_v @ p.swapaxes(-1, -2)), axis=-1) @ v
-    v = mx.contiguous(v)
-    parts = []
-    for start in range(0, t, ATTENTION_ROWS):
-        end = min(start + ATTENTION_ROWS, t)
-        # Queries start ... end-1 only meet relative positions end-1-(T-1) ... start: rows T-end ... 2T-2-start of p.
-        near = p[:, :, t - end : 2 * t - 1 - start]
-        parts.append(_softmax_times(q_u[:, :, start:end] @ k_t + _shifted(q_v[:, :, start:end] @ near.swapaxes(-1, -2)), v))
-    return mx.concatenate(parts, axis=2)
+        q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale).transpose(0, 2, 1, 3)
+    mx.eval(q, k, v)
+    qs, ks, vs = (np.asarray(a) for a in (q, k, v))
+    t = q.shape[1]
+
+    def head(b: int, h: int, out: np.ndarray) -> None:
+        k_t = ks[b, :, h].T
+        for start in range(0, t, HEAD_ROWS):
+            rows = slice(start, start + HEAD_ROWS)
+            _softmax_times_rows((qs[b, rows, h] * np.float32(scale)) @ k_t, vs[b, :, h], out[b, rows, h])
+
+    return _by_heads(head, q.shape)
+
+
+def relative_attention(q: mx.array, bias_u: mx.array, bias_v: mx.array, k: mx.array, p: mx.array, v: mx.array,
+                       scale: float) -> mx.array:
+    """Transformer-XL attention over (B, T, heads, head_dim) arrays, ``p`` (2T-1, heads, head_dim) and the biases
+    (heads, head_dim), -> (B, T, heads, head_dim): softmax(((q + u) k^T + shift((q + v) p^T)) * scale) v, where ``p``
+    holds the relative positions T-1 ... -(T-1) and shift takes, for query i and key j, the score of relative
+    position i - j (Transformer-XL's pad-and-reshape shift, as a strided view: row i of the (T, 2T-1) scores read
+    from column T-1-i on). On the CPU each head in numpy, the heads shared among CPU_THREADS threads (see
+    _by_heads), read and written in place in that layout."""
+    t = q.shape[1]
+    if mx.default_device() != mx.cpu:
+        q_u, q_v = ((q + bias).transpose(0, 2, 1, 3) for bias in (bias_u, bias_v))
+        k_t, p_t, v = k.transpose(0, 2, 3, 1), p.transpose(1, 2, 0), v.transpose(0, 2, 1, 3)
+        out = mx.softmax((q_u @ k_t + _shifted(q_v @ p_t)) * scale, axis=-1) @ v
+        return out.transpose(0, 2, 1, 3)
+    mx.eval(q, bias_u, bias_v, k, p, v)
+    qs, us, vs_bias, ks, ps, vs = (np.asarray(a) for a in (q, bias_u, bias_v, k, p, v))
+    scale32 = np.float32(scale)
+
+    def head(b: int, h: int, out: np.ndarray) -> None:
+        k_t = ks[b, :, h].T
+        for start in range(0, t, HEAD_ROWS):
+            end = min(start + HEAD_ROWS, t)
+            q_h = qs[b, start:end, h]
+            # Queries start ... end-1 only meet relative positions end-1-(T-1) ... start: rows T-end ... 2T-2-start
+            # of p; row i of their scores by position starts end-1-i columns in.
+            by_position = ((q_h + vs_bias[h]) * scale32) @ ps[t - end : 2 * t - 1 - start, h].T
+            r = end - start
+            shifted = np.lib.stride_tricks.as_strided(
+                by_position[:, r - 1 :], (r, t), (by_position.strides[0] - by_position.strides[1], by_position.strides[1]))
+            scores = ((q_h + us[h]) * scale32) @ k_t
+            scores += shifted
+            _softmax_times_rows(scores, vs[b, :, h], out[b, start:end, h])
+
+    return _by_heads(head, q.shape)
+
+
+# Query rows per step of a head's attention on the CPU: a step's scores (256 x T floats) stay in this core's cache
+# from the product through the exp to the product with v.
+HEAD_ROWS = 256
+# Threads sharing a CPU attention's heads: numpy releases the GIL in its loops and products, so both cores work
+# on the exp (MLX's element-wise kernels use one).
+CPU_THREADS = max(1, min(os.cpu_count() or 1, 8))
+
+
+@lru_cache(maxsize=1)
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(CPU_THREADS, thread_name_prefix="cpu-attention")
+
+
+@lru_cache(maxsize=1)
+def _numpy_blas() -> ThreadpoolController:
+    """numpy's own BLAS when it brings one (a wheel's, in numpy.libs; not MLX's, another library): each attention
+    thread runs its products single-threaded on its own core, where a BLAS thread pool per caller would put four
+    spinning threads on two cores. A numpy built on the system's BLAS, MLX's, is left alone (nothing selected)."""
+    controller = ThreadpoolController()
+    numpy_dir = os.path.dirname(np.__file__)  # its wheel's libraries are in numpy.libs beside it
+    return controller.select(user_api="blas", filepath=[
+        info["filepath"] for info in controller.info() if info["filepath"].startswith(numpy_dir)])
+
+
+@contextmanager
+def _single_threaded_numpy_blas() -> Iterator[None]:
+    with _numpy_blas().limit(limits=1):
+        yield
+
+
+def _by_heads(head: Callable[[int, int, np.ndarray], None], shape: tuple[int, ...]) -> mx.array:
+    """Runs ``head(b, h, out)`` for every batch row b and head h of a (B, T, heads, head_dim) result, the heads
+    dealt round robin to CPU_THREADS threads."""
+    out = np.empty(shape, np.float32)
+    pairs = [(b, h) for b in range(shape[0]) for h in range(shape[2])]
+
+    def share(first: int) -> None:
+        for b, h in pairs[first :: CPU_THREADS]:
+            head(b, h, out)
+
+    with _single_threaded_numpy_blas():
+        for done in [_pool().submit(share, i) for i in range(min(CPU_THREADS, len(pairs)))]:
+            done.result()
+    return mx.array(out)
+
+
+def _by_rows(work: Callable[[int, int], None], n: int) -> None:
+    """Runs ``work(start, stop)`` over CPU_THREADS contiguous shares of n rows (element-wise numpy work, which
+    releases the GIL: MLX's element-wise kernels use one core). Never called from a pool thread."""
+    if n < 2 * CPU_THREADS:
+        work(0, n)
+        return
+    share = -(-n // CPU_THREADS)
+    for done in [_pool().submit(work, start, min(start + share, n)) for start in range(0, n, share)]:
+        done.result()
+
+
+def _softmax_times_rows(scores: np.ndarray, v: np.ndarray, out: np.ndarray) -> None:
+    """out = softmax(scores) v for one head's rows, in numpy, overwriting scores."""
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    np.divide(scores @ v, scores.sum(axis=-1, keepdims=True), out=out)
 
 
 def _shifted(by_position: mx.array) -> mx.array:
@@ -142,18 +251,95 @@ def depthwise_conv2d_stride2(x: np.ndarray, weight: np.ndarray, bias: np.ndarray
     """A 3x3 depthwise convolution with stride 2 and padding 1, in numpy: x (T, F, C), weight (C, 3, 3, 1) as MLX
     stores a grouped Conv2d's -> (ceil(T/2), ceil(F/2), C). Nine strided multiply-adds whose inner loops run over
     contiguous channels; MLX's CPU grouped convolution took 137 ms for a Sortformer chunk's first one
-    (1524 x 64 x 256), this 92 ms."""
+    (1524 x 64 x 256), this 92 ms (one thread; the threads share its output rows)."""
     t, f, c = x.shape
-    t_out, f_out = (t + 1) // 2, (f + 1) // 2
     padded = np.zeros((t + 2, f + 2, c), np.float32)
     padded[1:-1, 1:-1] = x
+    return depthwise_conv2d_stride2_padded(padded, weight, bias)
+
+
+def depthwise_conv2d_stride2_padded(padded: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """depthwise_conv2d_stride2 of an input given with its zero border: (T + 2, F + 2, C)."""
+    t, f, c = padded.shape[0] - 2, padded.shape[1] - 2, padded.shape[2]
+    t_out, f_out = (t + 1) // 2, (f + 1) // 2
     out = np.empty((t_out, f_out, c), np.float32)
-    out[:] = bias
-    tap = np.empty_like(out)
-    for i in range(3):
-        for j in range(3):
-            np.multiply(padded[i : i + 2 * t_out : 2, j : j + 2 * f_out : 2], weight[:, i, j, 0], out=tap)
-            out += tap
+
+    def part(start: int, stop: int) -> None:
+        rows = out[start:stop]
+        rows[:] = bias
+        tap = np.empty_like(rows)
+        for i in range(3):
+            for j in range(3):
+                np.multiply(padded[2 * start + i : 2 * stop + i : 2, j : j + 2 * f_out : 2], weight[:, i, j, 0], out=tap)
+                rows += tap
+
+    _by_rows(part, t_out)
+    return out
+
+
+def conv2d_stride2_relu(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """ReLU of a 3x3 convolution with stride 2 and padding 1 from one input channel to C, in numpy: x (T, F),
+    weight (C, 3, 3, 1) as MLX stores a Conv2d's -> (ceil(T/2) + 2, ceil(F/2) + 2, C): the result with a zero
+    border, ready for depthwise_conv2d_stride2_padded. Each thread takes a share of the output rows, a few at a
+    time: their nine taps as a (rows x F/2, 9) matrix times the (9, C) weights, then the bias and the ReLU while the
+    result is still in cache (MLX's convolution and ReLU wrote and re-read 100 MB for a Sortformer chunk's
+    3040 x 128 log-mel, and padding it for the next convolution copied it again)."""
+    t, f = x.shape
+    c = weight.shape[0]
+    t_out, f_out = (t + 1) // 2, (f + 1) // 2
+    padded = np.zeros((t + 2, f + 2), np.float32)
+    padded[1:-1, 1:-1] = x
+    taps = np.ascontiguousarray(weight[..., 0].reshape(c, 9).T)
+    out = np.empty((t_out + 2, f_out + 2, c), np.float32)
+    out[[0, -1]] = 0.0
+    out[:, [0, -1]] = 0.0
+
+    def part(start: int, stop: int) -> None:
+        for first in range(start, stop, CONV_ROWS):
+            last = min(first + CONV_ROWS, stop)
+            patches = np.empty((last - first, f_out, 9), np.float32)
+            for i in range(3):
+                for j in range(3):
+                    patches[..., 3 * i + j] = padded[2 * first + i : 2 * last + i : 2, j : j + 2 * f_out : 2]
+            rows = out[1 + first : 1 + last, 1:-1]
+            np.matmul(patches, taps, out=rows)
+            rows += bias
+            np.maximum(rows, 0.0, out=rows)
+
+    with _single_threaded_numpy_blas():
+        _by_rows(part, t_out)
+    return out
+
+
+# Output rows per step of conv2d_stride2_relu: 8 x 64 x 256 floats (512 KB) stay in cache from product to ReLU.
+CONV_ROWS = 8
+
+
+def glu_depthwise_silu(y: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """A Conformer convolution module's middle on one sequence, in numpy: GLU of y (T, 2C) (first half times the
+    sigmoid of the second), a 'same'-padded depthwise convolution over time with weight (C, K), K odd, and bias (C,)
+    (a following batch norm folded in by the caller), then SiLU -> (T, C). Each thread takes a share of the rows and
+    recomputes the GLU of the K-1 rows around it, so the whole chain runs in cache (in MLX it was five passes over
+    the activation on one core)."""
+    t, c = y.shape[0], y.shape[1] // 2
+    k = weight.shape[1]
+    half = (k - 1) // 2
+    out = np.empty((t, c), np.float32)
+
+    def part(start: int, stop: int) -> None:
+        lo, hi = max(start - half, 0), min(stop + half, t)
+        glu = np.zeros((stop - start + 2 * half, c), np.float32)  # rows start-half ... stop+half-1, zero outside
+        gate = _one_plus_exp_neg(y[lo:hi, c:])
+        np.divide(y[lo:hi, :c], gate, out=glu[lo - start + half : hi - start + half])
+        rows = out[start:stop]
+        rows[:] = bias
+        tap = np.empty_like(rows)
+        for i in range(k):
+            np.multiply(glu[i : i + stop - start], weight[:, i], out=tap)
+            rows += tap
+        np.divide(rows, _one_plus_exp_neg(rows), out=rows)
+
+    _by_rows(part, t)
     return out
 
 
@@ -181,9 +367,18 @@ def sigmoid(x: mx.array) -> mx.array:
     if mx.default_device() != mx.cpu:
         return mx.sigmoid(x)
     mx.eval(x)
-    e = _one_plus_exp_neg(np.asarray(x))
-    np.reciprocal(e, out=e)
-    return mx.array(e)
+    rows = np.asarray(x).reshape(-1, x.shape[-1] if x.ndim else 1)
+    out = np.empty(rows.shape, np.float32)
+
+    def part(start: int, stop: int) -> None:
+        e = out[start:stop]
+        np.negative(rows[start:stop], out=e, casting="same_kind")
+        np.exp(e, out=e)
+        e += 1.0
+        np.reciprocal(e, out=e)
+
+    _by_rows(part, len(rows))
+    return mx.array(out.reshape(x.shape))
 
 
 def silu(x: mx.array) -> mx.array:
@@ -198,8 +393,13 @@ def silu_of_fresh(x: mx.array) -> mx.array:
     if mx.default_device() != mx.cpu:
         return x * mx.sigmoid(x)
     mx.eval(x)
-    e = np.asarray(x)
-    np.divide(e, _one_plus_exp_neg(e), out=e)
+    rows = np.asarray(x).reshape(-1, x.shape[-1] if x.ndim else 1)
+
+    def part(start: int, stop: int) -> None:
+        e = rows[start:stop]
+        np.divide(e, _one_plus_exp_neg(e), out=e)
+
+    _by_rows(part, len(rows))
     return x
 
 
