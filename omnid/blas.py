@@ -47,18 +47,10 @@ def preload() -> BlasStatus:
     return _status
 
 
-# How long OpenBLAS's idle threads spin before they sleep: 2^N cycles (its default, 28, is about 0.1 s). The
-# engines run numpy element-wise work on both cores between matrix products (engine/cpu_math.py); threads spinning
-# on from the last product took one of those two cores: a Sortformer file pass was about a fifth slower
-# (bench/sortformer_file_speed.py). OpenBLAS reads it once, when loaded; a value set by the user is kept.
-THREAD_TIMEOUT = "4"
-
-
 def _load_first(paths: list[str]) -> BlasStatus:
     for path in paths:
         if not os.path.exists(path):
             continue
-        os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", THREAD_TIMEOUT)
         try:
             ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
         except OSError as exc:
