@@ -9,7 +9,7 @@ Metal keeps MLX's fused kernel.
 Sortformer's attentions (``head_attention``, ``relative_attention``) and its element-wise chains go further on the
 CPU: numpy does all of a head's work, products included, with the heads (or the rows of an activation) shared among
 CPU_THREADS threads, because MLX's element-wise kernels use one core and torch's, which NeMo runs on, use all.
-numpy's own BLAS, a second library beside MLX's, is held to one thread per caller meanwhile (``_by_heads``): an
+numpy's own BLAS, a second library beside MLX's, is held to one thread per caller meanwhile (``_on_pool``): an
 earlier version let it start its own pool, and two spinning pools on two cores made a realtime preview's encoder
 fall behind the VAD in a session test.
 
@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from functools import lru_cache
 
 import mlx.core as mx
@@ -157,7 +156,7 @@ CPU_THREADS = max(1, min(os.cpu_count() or 1, 8))
 
 @lru_cache(maxsize=1)
 def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(CPU_THREADS, thread_name_prefix="cpu-attention")
+    return ThreadPoolExecutor(CPU_THREADS, thread_name_prefix="cpu-math")
 
 
 @lru_cache(maxsize=1)
@@ -171,10 +170,12 @@ def _numpy_blas() -> ThreadpoolController:
         info["filepath"] for info in controller.info() if info["filepath"].startswith(numpy_dir)])
 
 
-@contextmanager
-def _single_threaded_numpy_blas() -> Iterator[None]:
+def _on_pool(work: Callable[..., None], shares: list[tuple[int, ...]]) -> None:
+    """Runs ``work(*share)`` for each share on the pool and waits for all, numpy's BLAS single-threaded meanwhile
+    (each share's products run on its own core). Never called from a pool thread."""
     with _numpy_blas().limit(limits=1):
-        yield
+        for done in [_pool().submit(work, *share) for share in shares]:
+            done.result()
 
 
 def _by_heads(head: Callable[[int, int, np.ndarray], None], shape: tuple[int, ...]) -> mx.array:
@@ -187,21 +188,18 @@ def _by_heads(head: Callable[[int, int, np.ndarray], None], shape: tuple[int, ..
         for b, h in pairs[first :: CPU_THREADS]:
             head(b, h, out)
 
-    with _single_threaded_numpy_blas():
-        for done in [_pool().submit(share, i) for i in range(min(CPU_THREADS, len(pairs)))]:
-            done.result()
+    _on_pool(share, [(i,) for i in range(min(CPU_THREADS, len(pairs)))])
     return mx.array(out)
 
 
 def _by_rows(work: Callable[[int, int], None], n: int) -> None:
-    """Runs ``work(start, stop)`` over CPU_THREADS contiguous shares of n rows (element-wise numpy work, which
-    releases the GIL: MLX's element-wise kernels use one core). Never called from a pool thread."""
+    """Runs ``work(start, stop)`` over CPU_THREADS contiguous shares of n rows (numpy work, which releases the GIL:
+    MLX's element-wise kernels use one core)."""
     if n < 2 * CPU_THREADS:
         work(0, n)
         return
     share = -(-n // CPU_THREADS)
-    for done in [_pool().submit(work, start, min(start + share, n)) for start in range(0, n, share)]:
-        done.result()
+    _on_pool(work, [(start, min(start + share, n)) for start in range(0, n, share)])
 
 
 def _softmax_times_rows(scores: np.ndarray, v: np.ndarray, out: np.ndarray) -> None:
@@ -306,8 +304,7 @@ def conv2d_stride2_relu(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> 
             rows += bias
             np.maximum(rows, 0.0, out=rows)
 
-    with _single_threaded_numpy_blas():
-        _by_rows(part, t_out)
+    _by_rows(part, t_out)
     return out
 
 
@@ -371,10 +368,7 @@ def sigmoid(x: mx.array) -> mx.array:
     out = np.empty(rows.shape, np.float32)
 
     def part(start: int, stop: int) -> None:
-        e = out[start:stop]
-        np.negative(rows[start:stop], out=e, casting="same_kind")
-        np.exp(e, out=e)
-        e += 1.0
+        e = _one_plus_exp_neg(rows[start:stop], out[start:stop])
         np.reciprocal(e, out=e)
 
     _by_rows(part, len(rows))
@@ -403,9 +397,10 @@ def silu_of_fresh(x: mx.array) -> mx.array:
     return x
 
 
-def _one_plus_exp_neg(x: np.ndarray) -> np.ndarray:
-    """1 + exp(-x) in this thread's scratch buffer of x's shape (valid until the next call with that shape)."""
-    e = _buffer(x.shape)
+def _one_plus_exp_neg(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """1 + exp(-x) in ``out``, or else in this thread's scratch buffer of x's shape (valid until the next call with
+    that shape)."""
+    e = _buffer(x.shape) if out is None else out
     np.negative(x, out=e, casting="same_kind")
     np.exp(e, out=e)
     e += 1.0
