@@ -75,6 +75,28 @@ def test_pre_encode_and_offline_probabilities_match_nemo(engine, golden):
         assert np.abs(probs - golden[f"{name}/offline"]).max() <= 1e-5, name
 
 
+def test_the_cpu_numpy_layers_are_the_mlx_layers(engine, golden):
+    """On MLX's CPU device one sequence runs through cpu_layers' numpy blocks; two at once (or Metal) through
+    model.py's MLX layers. Both give the same pre-encode, Conformer, Transformer and speaker probabilities, to
+    float32 rounding, so the NeMo parity above holds for the MLX layers too."""
+    import mlx.core as mx
+
+    model = engine.model
+    mel = mx.array(golden["mid/mel"].T)
+    cpu = model.fc_encoder.subsampling(mel[None])
+    mlx_pair = model.fc_encoder.subsampling(mx.stack([mel, mel]))
+    assert cpu.shape[0] == 1 and mlx_pair.shape[0] == 2
+    scale = float(mx.abs(cpu).max().item())
+    assert float(mx.abs(cpu[0] - mlx_pair[0]).max().item()) <= 1e-5 * max(1.0, scale)
+    stages = [model.fc_encoder.encode, model.sortformer_modules.project, model.tf_encoder, model.sortformer_modules.speakers]
+    one, two = cpu, mx.concatenate([cpu, cpu])
+    for stage in stages:
+        one, two = stage(one), stage(two)
+        scale = float(mx.abs(one).max().item())
+        assert one.shape[1:] == two.shape[1:]
+        assert float(mx.abs(one[0] - two[0]).max().item()) <= 1e-5 * max(1.0, scale), stage
+
+
 def test_offline_from_audio_matches_nemo_on_every_clip(engine, golden):
     for name, make in CLIPS.items():
         probs = engine.offline(make())

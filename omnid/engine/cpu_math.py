@@ -98,8 +98,12 @@ def head_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.ar
         q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale).transpose(0, 2, 1, 3)
     mx.eval(q, k, v)
-    qs, ks, vs = (np.asarray(a) for a in (q, k, v))
-    t = q.shape[1]
+    return mx.array(head_attention_np(np.asarray(q), np.asarray(k), np.asarray(v), scale))
+
+
+def head_attention_np(qs: np.ndarray, ks: np.ndarray, vs: np.ndarray, scale: float) -> np.ndarray:
+    """head_attention's CPU path on numpy arrays."""
+    t = qs.shape[1]
 
     def head(b: int, h: int, out: np.ndarray) -> None:
         k_t = ks[b, :, h].T
@@ -107,7 +111,7 @@ def head_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.ar
             rows = slice(start, start + HEAD_ROWS)
             _softmax_times_rows((qs[b, rows, h] * np.float32(scale)) @ k_t, vs[b, :, h], out[b, rows, h])
 
-    return _by_heads(head, q.shape)
+    return _by_heads(head, qs.shape)
 
 
 def relative_attention(q: mx.array, bias_u: mx.array, bias_v: mx.array, k: mx.array, p: mx.array, v: mx.array,
@@ -118,7 +122,6 @@ def relative_attention(q: mx.array, bias_u: mx.array, bias_v: mx.array, k: mx.ar
     position i - j (Transformer-XL's pad-and-reshape shift, as a strided view: row i of the (T, 2T-1) scores read
     from column T-1-i on). On the CPU each head in numpy, the heads shared among CPU_THREADS threads (see
     _by_heads), read and written in place in that layout."""
-    t = q.shape[1]
     if mx.default_device() != mx.cpu:
         q_u, q_v = ((q + bias).transpose(0, 2, 1, 3) for bias in (bias_u, bias_v))
         k_t, p_t, v = k.transpose(0, 2, 3, 1), p.transpose(1, 2, 0), v.transpose(0, 2, 1, 3)
@@ -126,6 +129,13 @@ def relative_attention(q: mx.array, bias_u: mx.array, bias_v: mx.array, k: mx.ar
         return out.transpose(0, 2, 1, 3)
     mx.eval(q, bias_u, bias_v, k, p, v)
     qs, us, vs_bias, ks, ps, vs = (np.asarray(a) for a in (q, bias_u, bias_v, k, p, v))
+    return mx.array(relative_attention_np(qs, us, vs_bias, ks, ps, vs, scale))
+
+
+def relative_attention_np(qs: np.ndarray, us: np.ndarray, vs_bias: np.ndarray, ks: np.ndarray, ps: np.ndarray,
+                          vs: np.ndarray, scale: float) -> np.ndarray:
+    """relative_attention's CPU path on numpy arrays."""
+    t = qs.shape[1]
     scale32 = np.float32(scale)
 
     def head(b: int, h: int, out: np.ndarray) -> None:
@@ -143,7 +153,7 @@ def relative_attention(q: mx.array, bias_u: mx.array, bias_v: mx.array, k: mx.ar
             scores += shifted
             _softmax_times_rows(scores, vs[b, :, h], out[b, start:end, h])
 
-    return _by_heads(head, q.shape)
+    return _by_heads(head, qs.shape)
 
 
 # Query rows per step of a head's attention on the CPU: a step's scores (256 x T floats) stay in this core's cache
@@ -178,7 +188,7 @@ def _on_pool(work: Callable[..., None], shares: list[tuple[int, ...]]) -> None:
             done.result()
 
 
-def _by_heads(head: Callable[[int, int, np.ndarray], None], shape: tuple[int, ...]) -> mx.array:
+def _by_heads(head: Callable[[int, int, np.ndarray], None], shape: tuple[int, ...]) -> np.ndarray:
     """Runs ``head(b, h, out)`` for every batch row b and head h of a (B, T, heads, head_dim) result, the heads
     dealt round robin to CPU_THREADS threads."""
     out = np.empty(shape, np.float32)
@@ -189,10 +199,10 @@ def _by_heads(head: Callable[[int, int, np.ndarray], None], shape: tuple[int, ..
             head(b, h, out)
 
     _on_pool(share, [(i,) for i in range(min(CPU_THREADS, len(pairs)))])
-    return mx.array(out)
+    return out
 
 
-def _by_rows(work: Callable[[int, int], None], n: int) -> None:
+def by_rows(work: Callable[[int, int], None], n: int) -> None:
     """Runs ``work(start, stop)`` over CPU_THREADS contiguous shares of n rows (numpy work, which releases the GIL:
     MLX's element-wise kernels use one core)."""
     if n < 2 * CPU_THREADS:
@@ -271,7 +281,7 @@ def depthwise_conv2d_stride2_padded(padded: np.ndarray, weight: np.ndarray, bias
                 np.multiply(padded[2 * start + i : 2 * stop + i : 2, j : j + 2 * f_out : 2], weight[:, i, j, 0], out=tap)
                 rows += tap
 
-    _by_rows(part, t_out)
+    by_rows(part, t_out)
     return out
 
 
@@ -304,7 +314,7 @@ def conv2d_stride2_relu(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> 
             rows += bias
             np.maximum(rows, 0.0, out=rows)
 
-    _by_rows(part, t_out)
+    by_rows(part, t_out)
     return out
 
 
@@ -336,7 +346,7 @@ def glu_depthwise_silu(y: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> n
             rows += tap
         np.divide(rows, _one_plus_exp_neg(rows), out=rows)
 
-    _by_rows(part, t)
+    by_rows(part, t)
     return out
 
 
@@ -371,7 +381,7 @@ def sigmoid(x: mx.array) -> mx.array:
         e = _one_plus_exp_neg(rows[start:stop], out[start:stop])
         np.reciprocal(e, out=e)
 
-    _by_rows(part, len(rows))
+    by_rows(part, len(rows))
     return mx.array(out.reshape(x.shape))
 
 
@@ -393,7 +403,7 @@ def silu_of_fresh(x: mx.array) -> mx.array:
         e = rows[start:stop]
         np.divide(e, _one_plus_exp_neg(e), out=e)
 
-    _by_rows(part, len(rows))
+    by_rows(part, len(rows))
     return x
 
 
@@ -405,3 +415,20 @@ def _one_plus_exp_neg(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarra
     np.exp(e, out=e)
     e += 1.0
     return e
+
+
+def layer_norm_rows(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    """A layer norm over the last axis of a block of rows, in place (a block in cache: four passes over it)."""
+    x -= x.mean(axis=-1, keepdims=True)
+    variance = np.einsum("ij,ij->i", x, x)[:, None]
+    variance /= x.shape[-1]
+    variance += eps
+    x *= 1.0 / np.sqrt(variance)
+    x *= weight
+    x += bias
+    return x
+
+
+def silu_rows(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """x / (1 + exp(-x)) in place, ``scratch`` (x's shape) holding the denominator."""
+    return np.divide(x, _one_plus_exp_neg(x, scratch), out=x)

@@ -10,7 +10,7 @@ changes: a whole recording's pre-encoded frames (offline), or ``[speaker cache |
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -21,7 +21,6 @@ from omnid.engine.cpu_math import (
     depthwise_conv1d,
     depthwise_conv2d_stride2,
     depthwise_conv2d_stride2_padded,
-    glu_depthwise_silu,
     head_attention,
     relative_attention,
     sigmoid,
@@ -29,6 +28,7 @@ from omnid.engine.cpu_math import (
     silu_of_fresh,
 )
 from omnid.engine.sortformer.checkpoint import Checkpoint, Dims
+from omnid.engine.sortformer.cpu_layers import CpuConformerLayer, CpuTransformerLayer, linear
 
 
 class Subsampling(nn.Module):
@@ -47,27 +47,33 @@ class Subsampling(nn.Module):
 
     def __call__(self, mel: mx.array) -> mx.array:
         """mel (B, T, n_mels) -> (B, ceil(T / 8), d_model)."""
-        x = nn.relu(self.layers_3(self._first_two(mel)))
-        x = nn.relu(self.layers_6(self._depthwise(self.layers_5, x)))
+        if _on_cpu(mel):
+            mx.eval(mel)
+            return mx.array(self._cpu(np.asarray(mel)[0]))[None]
+        x = nn.relu(self.layers_0(mel[..., None]))
+        x = nn.relu(self.layers_3(self.layers_2(x)))
+        x = nn.relu(self.layers_6(self.layers_5(x)))
         b, t, f, c = x.shape
         return self.linear(x.transpose(0, 1, 3, 2).reshape(b, t, c * f))
 
-    def _first_two(self, mel: mx.array) -> mx.array:
-        """The first convolution, its ReLU and the first depthwise one; on the CPU in numpy, where the largest
-        activation (2x fewer frames, 64 x 256 features a frame) is never copied into or out of MLX."""
-        if mx.default_device() != mx.cpu or mel.shape[0] != 1:
-            return self._depthwise(self.layers_2, nn.relu(self.layers_0(mel[..., None])))
-        mx.eval(mel)
-        first, second = self.layers_0, self.layers_2
-        x = conv2d_stride2_relu(np.asarray(mel)[0], np.asarray(first.weight), np.asarray(first.bias))
-        return mx.array(depthwise_conv2d_stride2_padded(x, np.asarray(second.weight), np.asarray(second.bias)))[None]
+    def _cpu(self, mel: np.ndarray) -> np.ndarray:
+        """The same in numpy on the pool's threads: the first convolution writes its ReLU straight into the first
+        depthwise one's padded input, and the largest activation (2x fewer frames, 64 x 256 features a frame) is
+        never copied into or out of MLX."""
+        x = conv2d_stride2_relu(mel, *_conv(self.layers_0))
+        x = linear(depthwise_conv2d_stride2_padded(x, *_conv(self.layers_2)), self.layers_3, relu=True)
+        x = linear(depthwise_conv2d_stride2(x, *_conv(self.layers_5)), self.layers_6, relu=True)
+        t, f, c = x.shape
+        return linear(x.transpose(0, 2, 1).reshape(t, c * f), self.linear)
 
-    @staticmethod
-    def _depthwise(conv: nn.Conv2d, x: mx.array) -> mx.array:
-        if mx.default_device() != mx.cpu or x.shape[0] != 1:
-            return conv(x)
-        mx.eval(x)
-        return mx.array(depthwise_conv2d_stride2(np.asarray(x)[0], np.asarray(conv.weight), np.asarray(conv.bias)))[None]
+
+def _conv(conv: nn.Conv2d) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(conv.weight, dtype=np.float32), np.asarray(conv.bias, dtype=np.float32)
+
+
+def _on_cpu(x: mx.array) -> bool:
+    """One sequence on MLX's CPU device: cpu_layers' numpy layers run it."""
+    return mx.default_device() == mx.cpu and x.shape[0] == 1
 
 
 @lru_cache(maxsize=8)
@@ -137,13 +143,6 @@ class ConvModule(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         y = self.pointwise_conv1(x)
         conv, norm = self.depthwise_conv, self.norm
-        if mx.default_device() == mx.cpu and y.shape[0] == 1:
-            mx.eval(y)
-            # The batch norm folded into the depthwise convolution: (w x + b - mean) * s + beta.
-            s = np.asarray(norm.weight * mx.rsqrt(norm.running_var + norm.eps))
-            weight = np.asarray(conv.weight)[..., 0] * s[:, None]
-            bias = (np.asarray(conv.bias) - np.asarray(norm.running_mean)) * s + np.asarray(norm.bias)
-            return self.pointwise_conv2(mx.array(glu_depthwise_silu(np.asarray(y)[0], weight, bias))[None])
         a, gate = mx.split(y, 2, axis=-1)
         x = depthwise_conv1d(a * sigmoid(gate), conv.weight, conv.bias)
         return self.pointwise_conv2(silu(norm(x)))
@@ -183,10 +182,21 @@ class FastConformer(nn.Module):
         if self.d.xscaling:
             x = x * math.sqrt(self.d.fc_d_model)
         pos = relative_positions(x.shape[1], self.d.fc_d_model)
+        if _on_cpu(x):
+            mx.eval(x, pos)
+            stream = np.array(x[0])
+            for cpu_layer in self._cpu_layers:
+                cpu_layer(stream, np.asarray(pos))
+            return mx.array(stream)[None]
         for layer in self.layers:
             x = layer(x, pos)
             mx.eval(x)  # one layer's graph at a time: bounded temporaries
         return x
+
+    @cached_property
+    def _cpu_layers(self) -> list[CpuConformerLayer]:
+        """Built at the first CPU pass, after the weights are loaded (numpy views of them)."""
+        return [CpuConformerLayer(layer) for layer in self.layers]
 
 
 class TransformerAttention(nn.Module):
@@ -235,9 +245,19 @@ class TransformerEncoder(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         if "embed_positions" in self:
             x = x + self.embed_positions.weight[: x.shape[1]]
+        if _on_cpu(x):
+            mx.eval(x)
+            stream = np.array(x[0])
+            for cpu_layer in self._cpu_layers:
+                cpu_layer(stream)
+            return mx.array(stream)[None]
         for layer in self.layers:
             x = layer(x)
         return x
+
+    @cached_property
+    def _cpu_layers(self) -> list[CpuTransformerLayer]:
+        return [CpuTransformerLayer(layer) for layer in self.layers]
 
 
 class Heads(nn.Module):
@@ -251,7 +271,17 @@ class Heads(nn.Module):
         self.single_hidden_to_spks = nn.Linear(f, d.n_spk)
         self.hidden_to_spks = nn.Linear(2 * f, d.n_spk)  # in every checkpoint, unused by inference
 
+    def project(self, x: mx.array) -> mx.array:
+        if _on_cpu(x):
+            mx.eval(x)
+            return mx.array(linear(np.asarray(x)[0], self.encoder_proj))[None]
+        return self.encoder_proj(x)
+
     def speakers(self, h: mx.array) -> mx.array:
+        if _on_cpu(h):
+            mx.eval(h)
+            hidden = linear(np.maximum(np.asarray(h)[0], 0.0), self.first_hidden_to_hidden, relu=True)
+            return sigmoid(mx.array(linear(hidden, self.single_hidden_to_spks))[None])
         return sigmoid(self.single_hidden_to_spks(nn.relu(self.first_hidden_to_hidden(nn.relu(h)))))
 
 
@@ -293,7 +323,7 @@ class Sortformer(nn.Module):
     def forward(self, embeddings: mx.array) -> mx.array:
         """Pre-encoded frames (T, d_model) -> speaker probabilities (T, n_spk)."""
         x = self.fc_encoder.encode(embeddings[None])
-        x = self.tf_encoder(self.sortformer_modules.encoder_proj(x))
+        x = self.tf_encoder(self.sortformer_modules.project(x))
         probs = self.sortformer_modules.speakers(x)[0]
         mx.eval(probs)
         return probs

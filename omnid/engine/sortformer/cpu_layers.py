@@ -1,0 +1,239 @@
+"""Sortformer's Conformer and Transformer layers on MLX's CPU device, in numpy over blocks of rows.
+
+On the CPU, MLX runs each element-wise operation (layer norms, bias and residual adds) over the whole activation on
+one core, and the idle threads of its BLAS spin for a while after each product, on the core the numpy attention
+threads need. Here a layer is a few passes over its rows, shared among cpu_math's threads: each block of ROWS
+rows gets its layer norm, products (numpy's BLAS, one thread per caller), activation and residual add while it is
+in cache, and MLX's BLAS is not used at all. Only attention (the heads) and the convolution module's middle (each
+row needs its neighbours) wait for all rows. Weights are numpy views of the model's MLX arrays, not copies.
+model.py keeps its MLX layers for Metal and for batches of more than one sequence.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from omnid.engine.cpu_math import (
+    by_rows,
+    glu_depthwise_silu,
+    head_attention_np,
+    layer_norm_rows,
+    relative_attention_np,
+    silu_rows,
+)
+
+if TYPE_CHECKING:
+    from omnid.engine.sortformer.model import ConformerLayer, TransformerLayer
+
+# Rows per block: a 128 x 512 by 512 x 2048 product runs near the BLAS's full single-thread speed (64-row blocks
+# were 15% slower, 32-row ones 50%), and a block's feed-forward hidden (1 MB) still sits in the core's cache.
+ROWS = 128
+
+
+def _f32(a: mx.array) -> np.ndarray:
+    return np.asarray(a, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class Linear:
+    """y = x W^T + b with W^T a transposed view (the BLAS reads it as it is stored)."""
+
+    weight_t: np.ndarray
+    bias: np.ndarray | None
+
+    @classmethod
+    def of(cls, layer: nn.Module) -> Linear:
+        """A Linear, or a 1x1 convolution (MLX stores its weight as (out, 1, in) or (out, 1, 1, in))."""
+        weight = _f32(layer.weight)
+        return cls(weight.reshape(len(weight), -1).T, _f32(layer.bias) if "bias" in layer else None)
+
+    def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        np.matmul(x, self.weight_t, out=out)
+        if self.bias is not None:
+            out += self.bias
+        return out
+
+
+@dataclass(frozen=True)
+class Norm:
+    weight: np.ndarray
+    bias: np.ndarray
+    eps: float
+
+    @classmethod
+    def of(cls, norm: nn.LayerNorm) -> Norm:
+        return cls(_f32(norm.weight), _f32(norm.bias), norm.eps)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return layer_norm_rows(x, self.weight, self.bias, self.eps)
+
+
+class _Scratch(threading.local):
+    """Per thread, one buffer of ROWS rows per name and width (a few MB per thread in all): fresh temporaries of a
+    MB each can be fresh mappings to page-fault."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[tuple[str, int], np.ndarray] = {}
+
+    def get(self, name: str, rows: int, width: int) -> np.ndarray:
+        buf = self.buffers.get((name, width))
+        if buf is None or len(buf) < rows:
+            buf = self.buffers[(name, width)] = np.empty((max(rows, ROWS), width), np.float32)
+        return buf[:rows]
+
+
+_scratch = _Scratch()
+
+
+def _blocks(work: Callable[[int, int], object], n: int) -> None:
+    """Runs ``work(start, stop)`` over blocks of at most ROWS rows, the blocks shared among the threads."""
+
+    def share(start: int, stop: int) -> None:
+        for first in range(start, stop, ROWS):
+            work(first, min(first + ROWS, stop))
+
+    by_rows(share, n)
+
+
+class FeedForward:
+    """x += 0.5 * linear2(SiLU(linear1(norm(x)))) on a block of rows."""
+
+    def __init__(self, norm: nn.LayerNorm, linear1: nn.Linear, linear2: nn.Linear):
+        self.norm, self.linear1, self.linear2 = Norm.of(norm), Linear.of(linear1), Linear.of(linear2)
+
+    def add_to(self, x: np.ndarray) -> None:
+        rows, (m, ff) = len(x), self.linear1.weight_t.shape
+        normed = _scratch.get("normed", rows, m)
+        normed[:] = x
+        hidden = self.linear1(self.norm(normed), _scratch.get("hidden", rows, ff))
+        silu_rows(hidden, _scratch.get("denominator", rows, ff))
+        y = self.linear2(hidden, _scratch.get("out", rows, m))
+        y *= 0.5
+        x += y
+
+
+class CpuConformerLayer:
+    """model.ConformerLayer on numpy arrays: updates the (T, d_model) residual stream in place."""
+
+    def __init__(self, layer: ConformerLayer):
+        self.ff1 = FeedForward(layer.norm_feed_forward1, layer.feed_forward1.linear1, layer.feed_forward1.linear2)
+        self.ff2 = FeedForward(layer.norm_feed_forward2, layer.feed_forward2.linear1, layer.feed_forward2.linear2)
+        self.norm_att, self.norm_conv, self.norm_out = (
+            Norm.of(n) for n in (layer.norm_self_att, layer.norm_conv, layer.norm_out))
+        att = layer.self_attn
+        self.heads = att.heads
+        self.q, self.k, self.v, self.o = (Linear.of(p) for p in (att.q_proj, att.k_proj, att.v_proj, att.o_proj))
+        self.relative_k = Linear.of(att.relative_k_proj)
+        self.bias_u, self.bias_v = _f32(att.bias_u), _f32(att.bias_v)
+        conv = layer.conv
+        self.pointwise1, self.pointwise2 = Linear.of(conv.pointwise_conv1), Linear.of(conv.pointwise_conv2)
+        # The batch norm folded into the depthwise convolution: (w x + b - mean) * s + beta.
+        norm = conv.norm
+        s = _f32(norm.weight * mx.rsqrt(norm.running_var + norm.eps))
+        self.depthwise_weight = _f32(conv.depthwise_conv.weight)[..., 0] * s[:, None]
+        self.depthwise_bias = (_f32(conv.depthwise_conv.bias) - _f32(norm.running_mean)) * s + _f32(norm.bias)
+
+    def __call__(self, x: np.ndarray, pos: np.ndarray) -> None:
+        t, m = x.shape
+        h = self.heads
+        q, k, v = (np.empty((t, m), np.float32) for _ in range(3))
+
+        def feed_forward1_and_projections(start: int, stop: int) -> None:
+            rows = x[start:stop]
+            self.ff1.add_to(rows)
+            normed = _scratch.get("normed", stop - start, m)
+            normed[:] = rows
+            self.norm_att(normed)
+            for proj, out in ((self.q, q), (self.k, k), (self.v, v)):
+                proj(normed, out[start:stop])
+
+        _blocks(feed_forward1_and_projections, t)
+        p = np.empty((len(pos), m), np.float32)
+        _blocks(lambda start, stop: self.relative_k(pos[start:stop], p[start:stop]), len(pos))
+        att = relative_attention_np(q.reshape(1, t, h, -1), self.bias_u, self.bias_v, k.reshape(1, t, h, -1),
+                                    p.reshape(-1, h, m // h), v.reshape(1, t, h, -1), 1 / math.sqrt(m // h))[0]
+        att = att.reshape(t, m)
+        y = np.empty((t, 2 * m), np.float32)
+
+        def attention_out_and_pointwise1(start: int, stop: int) -> None:
+            rows = x[start:stop]
+            rows += self.o(att[start:stop], _scratch.get("out", stop - start, m))
+            normed = _scratch.get("normed", stop - start, m)
+            normed[:] = rows
+            self.pointwise1(self.norm_conv(normed), y[start:stop])
+
+        _blocks(attention_out_and_pointwise1, t)
+        g = glu_depthwise_silu(y, self.depthwise_weight, self.depthwise_bias)
+
+        def pointwise2_feed_forward2_and_norm(start: int, stop: int) -> None:
+            rows = x[start:stop]
+            rows += self.pointwise2(g[start:stop], _scratch.get("out", stop - start, m))
+            self.ff2.add_to(rows)
+            self.norm_out(rows)
+
+        _blocks(pointwise2_feed_forward2_and_norm, t)
+
+
+class CpuTransformerLayer:
+    """model.TransformerLayer (post-LN) on numpy arrays: updates the (T, d_model) stream in place."""
+
+    def __init__(self, layer: TransformerLayer):
+        att = layer.self_attn
+        self.heads = att.heads
+        self.q, self.k, self.v, self.o = (Linear.of(p) for p in (att.q_proj, att.k_proj, att.v_proj, att.out_proj))
+        self.norm_att, self.norm_out = Norm.of(layer.self_attn_layer_norm), Norm.of(layer.final_layer_norm)
+        self.fc1, self.fc2 = Linear.of(layer.fc1), Linear.of(layer.fc2)
+
+    def __call__(self, x: np.ndarray) -> None:
+        t, f = x.shape
+        h = self.heads
+        # NeMo scales q and k each by dh^-1/4.
+        scale = np.float32(1.0 / math.sqrt(math.sqrt(f // h)))
+        q, k, v = (np.empty((t, f), np.float32) for _ in range(3))
+
+        def projections(start: int, stop: int) -> None:
+            rows = x[start:stop]
+            self.q(rows, q[start:stop])
+            self.k(rows, k[start:stop])
+            self.v(rows, v[start:stop])
+            q[start:stop] *= scale
+            k[start:stop] *= scale
+
+        _blocks(projections, t)
+        att = head_attention_np(q.reshape(1, t, h, -1), k.reshape(1, t, h, -1), v.reshape(1, t, h, -1), 1.0)
+        att = att.reshape(t, f)
+        inner = self.fc1.weight_t.shape[1]
+
+        def rest(start: int, stop: int) -> None:
+            rows = x[start:stop]
+            rows += self.o(att[start:stop], _scratch.get("out", stop - start, f))
+            self.norm_att(rows)
+            hidden = self.fc1(rows, _scratch.get("hidden", stop - start, inner))
+            np.maximum(hidden, 0.0, out=hidden)
+            rows += self.fc2(hidden, _scratch.get("out", stop - start, f))
+            self.norm_out(rows)
+
+        _blocks(rest, t)
+
+
+def linear(x: np.ndarray, layer: nn.Module, relu: bool = False) -> np.ndarray:
+    """layer(x) over the last axis of x (a Linear, or a 1x1 convolution), ReLU after it if asked, in row blocks."""
+    proj = Linear.of(layer)
+    rows = x.reshape(-1, x.shape[-1])
+    out = np.empty((len(rows), proj.weight_t.shape[1]), np.float32)
+
+    def block(start: int, stop: int) -> None:
+        proj(rows[start:stop], out[start:stop])
+        if relu:
+            np.maximum(out[start:stop], 0.0, out=out[start:stop])
+
+    _blocks(block, len(rows))
+    return out.reshape(*x.shape[:-1], -1)
