@@ -14,14 +14,16 @@ rule, and saves the model with NeMo's own ``save_to``. omnid loads that ``.nemo`
 so both systems run the same weights. The audio is 300 s of two synthetic voices taking turns
 (tests/sortformer_clips.py).
 
-Each system runs in its own fresh processes; each process loads the model once, then diarizes the whole file
---repeats times (the first pass warms caches and is not counted). Printed: load s, the median pass in seconds, the
-real-time factor (pass time / audio time), peak RSS (ru_maxrss), omnid's median against NeMo's, how far
-omnid's probabilities are from NeMo's (max abs over every frame and speaker), and where one pass of each goes:
-pre-encode, Conformer, Transformer and head (the rest is the front end and the streaming state updates).
+Each system runs in one process that loads the model, diarizes the whole file once to warm up, then once more
+whenever asked; the counted passes alternate between the two systems in adjacent pairs, so that this shared
+machine's changes of speed (often tens of percent within minutes) fall on both alike. Printed: load s, the median
+pass in seconds, the real-time factor (pass time / audio time), peak RSS (ru_maxrss), omnid's median against
+NeMo's and the ratio within each pair, how far omnid's probabilities are from NeMo's (max abs over every frame and
+speaker), and where a pass of each goes: pre-encode, Conformer, Transformer and head (the rest is the front end
+and the streaming state updates).
 
-    .venv/bin/python bench/sortformer_file_speed.py --nemo-python /tmp/nemo-venv/bin/python   # ~15 min here
-    .venv/bin/python bench/sortformer_file_speed.py --nemo-python ... --seconds 60 --repeats 2
+    .venv/bin/python bench/sortformer_file_speed.py --nemo-python /tmp/nemo-venv/bin/python   # ~12 min here
+    .venv/bin/python bench/sortformer_file_speed.py --nemo-python ... --seconds 60 --pairs 3
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+Pass = tuple  # (seconds, {stage: seconds}, probabilities)
 
 # chunk_len, chunk_right_context, fifo_len, spkcache_update_period, spkcache_len: the model card's very-high
 VERY_HIGH = (340, 40, 40, 300, 188)
@@ -53,8 +58,7 @@ def real_shapes(config: dict) -> dict:
     return config
 
 
-def nemo_worker(nemo_file: Path, seconds: float, repeats: int, out: Path) -> dict:
-    import numpy as np
+def load_nemo(nemo_file: Path, seconds: float) -> tuple[float, Callable[[], Pass]]:
     import torch
 
     sys.path.insert(0, str(ROOT / "scripts"))
@@ -85,16 +89,16 @@ def nemo_worker(nemo_file: Path, seconds: float, repeats: int, out: Path) -> dic
     model.forward_infer = _timed(model.forward_infer, stages, "Transformer and head")
     audio = torch.from_numpy(two_voices(seconds))[None]
     length = torch.tensor([audio.shape[1]])
-    times = []
-    with torch.no_grad():
-        for _ in range(repeats):
-            stages.clear()
+
+    def one_pass() -> Pass:
+        stages.clear()
+        with torch.no_grad():
             t = time.perf_counter()
             mel, mel_len = model.process_signal(audio_signal=audio, audio_signal_length=length)
             probs = model.forward_streaming(mel[:, :, : int(mel_len.max())], mel_len)[0].numpy()
-            times.append(time.perf_counter() - t)
-    np.save(out, probs.astype(np.float32))
-    return {"load_s": load_s, "times": times, "stages": stages, "threads": torch.get_num_threads()}
+            return time.perf_counter() - t, dict(stages), probs
+
+    return load_s, one_pass
 
 
 def _add(stages: dict[str, float], name: str, started: float) -> None:
@@ -114,7 +118,7 @@ def _timed(fn, stages: dict[str, float], name: str, sync=lambda out: None):
     return call
 
 
-def omnid_worker(nemo_file: Path, seconds: float, repeats: int, out: Path) -> dict:
+def load_omnid(nemo_file: Path, seconds: float) -> tuple[float, Callable[[], Pass]]:
     import numpy as np
 
     import omnid  # noqa: F401  (OpenBLAS before MLX)
@@ -129,78 +133,120 @@ def omnid_worker(nemo_file: Path, seconds: float, repeats: int, out: Path) -> di
     model.fc_encoder.encode = _timed(model.fc_encoder.encode, stages, "Conformer", np.asarray)
     model.tf_encoder = _timed(model.tf_encoder, stages, "Transformer and head", np.asarray)
     audio = two_voices(seconds)
-    times = []
-    for _ in range(repeats):
+
+    def one_pass() -> Pass:
         stages.clear()
         t = time.perf_counter()
         probs = engine.diarize(audio, PRESETS["very_high"])
-        times.append(time.perf_counter() - t)
-    np.save(out, probs.astype(np.float32))
-    return {"load_s": load_s, "times": times, "stages": stages}
+        return time.perf_counter() - t, dict(stages), probs
+
+    return load_s, one_pass
 
 
-def run_worker(python: str, system: str, nemo_file: Path, args: argparse.Namespace, out: Path) -> dict:
-    cmd = [python, __file__, "--worker", system, str(nemo_file), str(out),
-           "--seconds", str(args.seconds), "--repeats", str(args.repeats)]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    if done.returncode != 0:
-        raise SystemExit(f"{system} worker failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def worker(system: str, nemo_file: Path, seconds: float, out: Path) -> None:
+    """Loads one system, runs one warm-up pass, then one counted pass per "pass" line on stdin, answering each
+    with a JSON line; "quit" saves the last probabilities to ``out`` and answers load time and peak RSS."""
+    import numpy as np
+
+    load_s, one_pass = (load_nemo if system == "nemo" else load_omnid)(nemo_file, seconds)
+    probs = one_pass()[2]
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "pass":
+            break
+        t, stages, probs = one_pass()
+        print(json.dumps({"time": t, "stages": stages}), flush=True)
+    np.save(out, np.asarray(probs, np.float32))
+    print(json.dumps({"load_s": load_s, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}),
+          flush=True)
+
+
+class Worker:
+    """One system's worker process, driven pass by pass."""
+
+    def __init__(self, python: str, system: str, nemo_file: Path, seconds: float, out: Path):
+        self.out, self.log = out, out.with_suffix(".log")
+        with self.log.open("w") as log:  # NeMo's warnings and progress bars
+            self.proc = subprocess.Popen(
+                [python, __file__, "--worker", system, str(nemo_file), str(out), "--seconds", str(seconds)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT)
+        self._answer()  # loaded and warmed up
+
+    def _answer(self) -> dict:
+        """The worker's next JSON line (anything else a library printed is skipped)."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        raise SystemExit(f"a worker failed (exit {self.proc.wait()}):\n{self.log.read_text()[-3000:]}")
+
+    def one_pass(self) -> dict:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("pass\n")
+        self.proc.stdin.flush()
+        return self._answer()
+
+    def close(self) -> dict:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("quit\n")
+        self.proc.stdin.flush()
+        row = self._answer()
+        self.proc.wait()
+        return row
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nemo-python", required=False, help="the Python of a virtualenv with torch and NeMo 3.0.0")
     ap.add_argument("--seconds", type=float, default=300.0)
-    ap.add_argument("--repeats", type=int, default=3, help="passes per process; the first is a warm-up")
-    ap.add_argument("--runs", type=int, default=1, help="processes per system")
+    ap.add_argument("--pairs", type=int, default=5, help="counted passes per system, taken in adjacent pairs")
     ap.add_argument("--keep", type=Path, help="write (or reuse) the random real-shape .nemo here")
     ap.add_argument("--worker", nargs=3, metavar=("SYSTEM", "NEMO", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        system, nemo_file, out = args.worker[0], Path(args.worker[1]), Path(args.worker[2])
-        work = nemo_worker if system == "nemo" else omnid_worker
-        row = work(nemo_file, args.seconds, args.repeats, out)
-        row["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(json.dumps(row))
+        worker(args.worker[0], Path(args.worker[1]), args.seconds, Path(args.worker[2]))
         return
     if not args.nemo_python or not Path(args.nemo_python).exists():
         raise SystemExit("--nemo-python: give the Python of a virtualenv with torch==2.13.0 and nemo_toolkit[asr]==3.0.0 "
                          "(see this script's docstring)")
     import numpy as np
 
+    names = {"nemo": "NeMo forward_streaming (torch CPU)", "omnid": "omnid file route (MLX)"}
     with tempfile.TemporaryDirectory() as tmp:
         nemo_file = args.keep or Path(tmp) / "sortformer-v2.1-random.nemo"
-        rows: dict[str, list[dict]] = {"NeMo forward_streaming (torch CPU)": [], "omnid file route (MLX)": []}
-        probs = {}
-        for run in range(args.runs):
-            for system, python, name in (("nemo", args.nemo_python, "NeMo forward_streaming (torch CPU)"),
-                                         ("omnid", sys.executable, "omnid file route (MLX)")):
-                out = Path(tmp) / f"{system}.npy"
-                rows[name].append(run_worker(python, system, nemo_file, args, out))
-                probs[system] = np.load(out)
-                print(f"run {run + 1} {name}: {rows[name][-1]}", file=sys.stderr, flush=True)
+        workers = {"nemo": Worker(args.nemo_python, "nemo", nemo_file, args.seconds, Path(tmp) / "nemo.npy")}
+        workers["omnid"] = Worker(sys.executable, "omnid", nemo_file, args.seconds, Path(tmp) / "omnid.npy")
+        passes: dict[str, list[dict]] = {"nemo": [], "omnid": []}
+        for i in range(args.pairs):
+            for system in ("nemo", "omnid") if i % 2 == 0 else ("omnid", "nemo"):
+                passes[system].append(workers[system].one_pass())
+            print(f"pair {i + 1}: NeMo {passes['nemo'][-1]['time']:.2f} s, omnid {passes['omnid'][-1]['time']:.2f} s",
+                  file=sys.stderr, flush=True)
+        closing = {system: w.close() for system, w in workers.items()}
+        probs = {system: np.load(w.out) for system, w in workers.items()}
     print(f"\n{args.seconds:.0f} s of two voices, random v2.1-shape checkpoint (one .nemo for both), very-high preset; "
-          f"{args.runs} process(es) per system, {args.repeats} passes each, the first not counted\n")
-    print("| system | load s | pass median s | RTF | peak RSS MB |\n|---|---|---|---|---|")
+          f"one process per system, a warm-up pass each, then {args.pairs} counted passes each, taken in adjacent "
+          "pairs (NeMo first in odd pairs, omnid first in even ones)\n")
+    print("| system | load s | pass median s (min-max) | RTF | peak RSS MB |\n|---|---|---|---|---|")
     med = {}
-    for name, runs in rows.items():
-        passes = [t for r in runs for t in r["times"][1:]] or [t for r in runs for t in r["times"]]
-        med[name] = statistics.median(passes)
-        print(f"| {name} | {statistics.median(r['load_s'] for r in runs):.2f} | {med[name]:.2f} | "
-              f"{med[name] / args.seconds:.3f} | {statistics.median(r['rss_mb'] for r in runs):.0f} |")
-    print("\nWhere a pass goes (s, the last counted pass of each system's first process; NeMo's Transformer row is its"
-          " forward_infer, which also holds the small speaker head):\n")
+    for system, runs in passes.items():
+        times = [p["time"] for p in runs]
+        med[system] = statistics.median(times)
+        print(f"| {names[system]} | {closing[system]['load_s']:.2f} | {med[system]:.2f} ({min(times):.2f}-"
+              f"{max(times):.2f}) | {med[system] / args.seconds:.3f} | {closing[system]['rss_mb']:.0f} |")
+    ratios = [o["time"] / n["time"] for n, o in zip(passes["nemo"], passes["omnid"])]
+    print("\nWhere a pass goes (s, medians over the counted passes; NeMo's Transformer row is its forward_infer, "
+          "which also holds the small speaker head):\n")
     print("| stage | NeMo | omnid |\n|---|---|---|")
-    firsts = {name: runs[0]["stages"] for name, runs in rows.items()}
-    nemo_stages, omnid_stages = firsts["NeMo forward_streaming (torch CPU)"], firsts["omnid file route (MLX)"]
-    for stage in nemo_stages:
-        print(f"| {stage} | {nemo_stages[stage]:.2f} | {omnid_stages.get(stage, float('nan')):.2f} |")
-    nemo, mine = med["NeMo forward_streaming (torch CPU)"], med["omnid file route (MLX)"]
+    for stage in passes["nemo"][0]["stages"]:
+        nemo_s, omnid_s = (statistics.median(p["stages"].get(stage, float("nan")) for p in passes[s])
+                           for s in ("nemo", "omnid"))
+        print(f"| {stage} | {nemo_s:.2f} | {omnid_s:.2f} |")
     frames = min(len(probs["nemo"]), len(probs["omnid"]))
     diff = float(np.abs(probs["nemo"][:frames] - probs["omnid"][:frames]).max())
-    print(f"\nomnid / NeMo: {mine / nemo:.2f}x the time (target <= 1x, and RTF <= 0.35); frames "
-          f"{len(probs['omnid'])} vs {len(probs['nemo'])}; probabilities max abs {diff:.2e}")
+    print(f"\nomnid / NeMo: {med['omnid'] / med['nemo']:.2f}x the time by medians; per pair "
+          f"{', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f}x); target <= 1x, and "
+          f"RTF <= 0.35. Frames {len(probs['omnid'])} vs {len(probs['nemo'])}; probabilities max abs {diff:.2e}")
 
 
 if __name__ == "__main__":
