@@ -10,6 +10,7 @@ changes: a whole recording's pre-encoded frames (offline), or ``[speaker cache |
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from functools import cached_property, lru_cache
 
 import mlx.core as mx
@@ -74,6 +75,15 @@ def _conv(conv: nn.Conv2d) -> tuple[np.ndarray, np.ndarray]:
 def _on_cpu(x: mx.array) -> bool:
     """One sequence on MLX's CPU device: cpu_layers' numpy layers run it."""
     return mx.default_device() == mx.cpu and x.shape[0] == 1
+
+
+def _through_cpu_layers(layers: Sequence[Callable[..., None]], x: mx.array, *args: np.ndarray) -> mx.array:
+    """x (1, T, d) through cpu_layers' layers, which update a numpy copy of it in place."""
+    mx.eval(x)
+    stream = np.array(x[0])
+    for layer in layers:
+        layer(stream, *args)
+    return mx.array(stream)[None]
 
 
 @lru_cache(maxsize=8)
@@ -141,11 +151,10 @@ class ConvModule(nn.Module):
         self.pointwise_conv2 = nn.Conv1d(m, m, 1)
 
     def __call__(self, x: mx.array) -> mx.array:
-        y = self.pointwise_conv1(x)
-        conv, norm = self.depthwise_conv, self.norm
-        a, gate = mx.split(y, 2, axis=-1)
+        a, gate = mx.split(self.pointwise_conv1(x), 2, axis=-1)
+        conv = self.depthwise_conv
         x = depthwise_conv1d(a * sigmoid(gate), conv.weight, conv.bias)
-        return self.pointwise_conv2(silu(norm(x)))
+        return self.pointwise_conv2(silu(self.norm(x)))
 
 
 class ConformerLayer(nn.Module):
@@ -183,11 +192,8 @@ class FastConformer(nn.Module):
             x = x * math.sqrt(self.d.fc_d_model)
         pos = relative_positions(x.shape[1], self.d.fc_d_model)
         if _on_cpu(x):
-            mx.eval(x, pos)
-            stream = np.array(x[0])
-            for cpu_layer in self._cpu_layers:
-                cpu_layer(stream, np.asarray(pos))
-            return mx.array(stream)[None]
+            mx.eval(pos)
+            return _through_cpu_layers(self._cpu_layers, x, np.asarray(pos))
         for layer in self.layers:
             x = layer(x, pos)
             mx.eval(x)  # one layer's graph at a time: bounded temporaries
@@ -246,11 +252,7 @@ class TransformerEncoder(nn.Module):
         if "embed_positions" in self:
             x = x + self.embed_positions.weight[: x.shape[1]]
         if _on_cpu(x):
-            mx.eval(x)
-            stream = np.array(x[0])
-            for cpu_layer in self._cpu_layers:
-                cpu_layer(stream)
-            return mx.array(stream)[None]
+            return _through_cpu_layers(self._cpu_layers, x)
         for layer in self.layers:
             x = layer(x)
         return x
