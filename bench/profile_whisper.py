@@ -1,6 +1,7 @@
 """Where omnid's Whisper time goes on this machine: encoder by window length, the softmax that dominates a full
-window (MLX beside numpy on the same scores), the decoder step split into layers and vocabulary projection, and
-encode/decode totals over corpus clips in both window modes. Medians of --repeats.
+window (MLX beside numpy on the same scores), the decoder step split into layers and vocabulary projection (MLX
+beside the numpy step omnid runs on the CPU), and encode/decode totals over corpus clips in both window modes.
+Medians of --repeats.
 
     python bench/profile_whisper.py
 """
@@ -88,7 +89,17 @@ def main() -> None:
         token = mx.array([[400]])
         layers = timed(lambda: mx.eval(dec(token, None, kv_cache=cache)[0]), args.repeats * 6)
         whole = timed(lambda: np.array(dec.logits(dec(token, None, kv_cache=cache)[0][0, -1])), args.repeats * 6)
-        print(f"  {frames // 2:>4} audio positions: layers {layers:6.2f}, layers + vocabulary projection {whole:6.2f}")
+        print(f"  {frames // 2:>4} audio positions: MLX layers {layers:6.2f}, layers + vocabulary projection {whole:6.2f}")
+        # What omnid runs on the CPU (engine/whisper/cpu_decoder.py): the same step in numpy, alone and for 4 rows.
+        rows = [dec.cpu_step.row([c[0] for c in cache], cross) for _ in range(4)]
+
+        def numpy_step(n: int) -> None:
+            for r in rows[:n]:
+                r.length = 1
+            dec.cpu_step.step([400] * n, rows[:n])
+
+        one, four = (timed(lambda n=n: numpy_step(n), args.repeats * 6) for n in (1, 4))
+        print(f"  {frames // 2:>4} audio positions: numpy step with projection {one:6.2f}, 4 rows at once {four:6.2f}")
     row = mx.random.normal((1, engine.dims.n_text_state))
     mx.eval(row)
     tied = dec.token_embedding.weight

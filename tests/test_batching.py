@@ -107,6 +107,49 @@ def test_a_program_fails_alone(engine, speech):
     assert outcomes["fine"] == (expected, None)
 
 
+def test_the_numpy_decode_steps_are_the_mlx_steps(engine, speech):
+    """On the CPU a batch's decode steps run in numpy (cpu_decoder.py); Metal runs batch.py's MLX DecodeBatch. Both
+    step the same three sequences (windows of 5, 12 and 30 s, prompts of different lengths, one joining late and one
+    leaving early) and give the same logits each step, to float32 rounding."""
+    from omnid.engine.whisper.batch import DecodeBatch
+    from omnid.engine.whisper.cpu_decoder import CpuDecodeBatch
+    from omnid.engine.whisper.decoding import DecodeOptions
+
+    tok = engine.tokenizer
+    windows = [engine._window(engine_mel(engine, speech[i][: 16000 * s]), opts)
+               for i, s, opts in ((0, 5, CONTENT), (1, 12, CONTENT), (2, 12, FULL))]
+    prompts = [tok.sot_sequence("en", "transcribe"), [tok.sot_prev, *tok.encode(" Hello there.")]
+               + tok.sot_sequence("en", "transcribe"), tok.sot_sequence("en", "transcribe") + [tok.no_timestamps]]
+    starts = []
+    for mel, prompt in zip(windows, prompts):
+        cross = engine.model.decoder.cross_kv(engine.model.encoder(mel[None]))
+        sequence, self_kv, logits = engine.decoder.begin(cross, prompt, DecodeOptions(language="en"))
+        starts.append((sequence, self_kv, cross, logits))
+    mlx_batch, cpu_batch = DecodeBatch(engine.model), CpuDecodeBatch(engine.model.decoder.cpu_step)
+    joins, leaves = {0: [0, 1], 3: [2]}, {6: [1]}
+    for step in range(10):
+        for i in joins.get(step, []):
+            sequence, self_kv, cross, logits = starts[i]
+            sequence.choose(logits.copy())
+            for batch in (mlx_batch, cpu_batch):
+                batch.join(i, sequence, self_kv, cross)
+        for batch in (mlx_batch, cpu_batch):
+            batch.leave(leaves.get(step, []))
+        expected = mlx_batch.step()
+        got = cpu_batch.step()
+        assert got.shape == expected.shape == (len(mlx_batch), engine.dims.n_vocab)
+        assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max(), step
+        for sequence, row in zip(mlx_batch.sequences, expected):
+            sequence.sampled.append(int(np.argmax(row)))  # the next token fed, the same in both batches
+
+
+def engine_mel(engine, audio: np.ndarray):
+    from omnid.engine.whisper.mel import log_mel_spectrogram
+
+    mel = log_mel_spectrogram(audio, engine.dims.n_mels)
+    return mel[: mel.shape[0] - 1]
+
+
 def traced(engine, max_batch: int) -> tuple[EngineRuntime, list[tuple[str, str, int]], threading.Event]:
     """A runtime on the real engine, the timeline its trace writes, and an event set at the first batch check."""
     runtime = EngineRuntime("tiny.en", lambda: engine, 16, final_reserve=8, max_batch=max_batch)

@@ -74,6 +74,27 @@ def _gelu(x: mx.array) -> mx.array:
     return 0.5 * x * (1.0 + z * p / q)
 
 
+def gelu_rows(x: np.ndarray) -> np.ndarray:
+    """``gelu`` in numpy, in place: for arrays nobody else holds (a layer's fresh output)."""
+    z = x * np.float32(0.7071067811865476)
+    np.clip(z, -4.0, 4.0, out=z)
+    z2 = z * z
+    p = z2 * np.float32(_ERF_P[-1]) + np.float32(_ERF_P[-2])
+    for c in reversed(_ERF_P[:-2]):
+        p *= z2
+        p += np.float32(c)
+    q = z2 * np.float32(_ERF_Q[-1]) + np.float32(_ERF_Q[-2])
+    for c in reversed(_ERF_Q[:-2]):
+        q *= z2
+        q += np.float32(c)
+    z *= p
+    z /= q
+    z += 1.0
+    x *= 0.5
+    x *= z
+    return x
+
+
 def attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
     """softmax(q k^T * scale) v over (batch, heads, positions, head_dim) arrays, without a mask (an encoder's
     bidirectional attention)."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
@@ -25,10 +24,10 @@ from omnid.engine.cpu_math import (
     by_rows,
     glu_depthwise_silu,
     head_attention_np,
-    layer_norm_rows,
     relative_attention_np,
     silu_rows,
 )
+from omnid.engine.numpy_layers import Linear, Norm, as_numpy
 
 if TYPE_CHECKING:
     from omnid.engine.sortformer.model import ConformerLayer, TransformerLayer
@@ -36,44 +35,6 @@ if TYPE_CHECKING:
 # Rows per block: a 128 x 512 by 512 x 2048 product runs near the BLAS's full single-thread speed (64-row blocks
 # were 15% slower, 32-row ones 50%), and a block's feed-forward hidden (1 MB) still sits in the core's cache.
 ROWS = 128
-
-
-def _f32(a: mx.array) -> np.ndarray:
-    return np.asarray(a, dtype=np.float32)
-
-
-@dataclass(frozen=True)
-class Linear:
-    """y = x W^T + b with W^T a transposed view (the BLAS reads it as it is stored)."""
-
-    weight_t: np.ndarray
-    bias: np.ndarray | None
-
-    @classmethod
-    def of(cls, layer: nn.Module) -> Linear:
-        """A Linear, or a 1x1 convolution (MLX stores its weight as (out, 1, in) or (out, 1, 1, in))."""
-        weight = _f32(layer.weight)
-        return cls(weight.reshape(len(weight), -1).T, _f32(layer.bias) if "bias" in layer else None)
-
-    def __call__(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        np.matmul(x, self.weight_t, out=out)
-        if self.bias is not None:
-            out += self.bias
-        return out
-
-
-@dataclass(frozen=True)
-class Norm:
-    weight: np.ndarray
-    bias: np.ndarray
-    eps: float
-
-    @classmethod
-    def of(cls, norm: nn.LayerNorm) -> Norm:
-        return cls(_f32(norm.weight), _f32(norm.bias), norm.eps)
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        return layer_norm_rows(x, self.weight, self.bias, self.eps)
 
 
 class _Scratch(threading.local):
@@ -132,14 +93,14 @@ class CpuConformerLayer:
         self.heads = att.heads
         self.q, self.k, self.v, self.o = (Linear.of(p) for p in (att.q_proj, att.k_proj, att.v_proj, att.o_proj))
         self.relative_k = Linear.of(att.relative_k_proj)
-        self.bias_u, self.bias_v = _f32(att.bias_u), _f32(att.bias_v)
+        self.bias_u, self.bias_v = as_numpy(att.bias_u), as_numpy(att.bias_v)
         conv = layer.conv
         self.pointwise1, self.pointwise2 = Linear.of(conv.pointwise_conv1), Linear.of(conv.pointwise_conv2)
         # The batch norm folded into the depthwise convolution: (w x + b - mean) * s + beta.
         norm = conv.norm
-        s = _f32(norm.weight * mx.rsqrt(norm.running_var + norm.eps))
-        self.depthwise_weight = _f32(conv.depthwise_conv.weight)[..., 0] * s[:, None]
-        self.depthwise_bias = (_f32(conv.depthwise_conv.bias) - _f32(norm.running_mean)) * s + _f32(norm.bias)
+        s = as_numpy(norm.weight * mx.rsqrt(norm.running_var + norm.eps))
+        self.depthwise_weight = as_numpy(conv.depthwise_conv.weight)[..., 0] * s[:, None]
+        self.depthwise_bias = (as_numpy(conv.depthwise_conv.bias) - as_numpy(norm.running_mean)) * s + as_numpy(norm.bias)
 
     def __call__(self, x: np.ndarray, pos: np.ndarray) -> None:
         t, m = x.shape

@@ -7,12 +7,14 @@ float32: on the CPU backend float16 matmuls are ~5x slower, and on Metal float32
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
 
 from omnid.engine.cpu_math import attention, gelu
+from omnid.engine.whisper.cpu_decoder import CpuTextDecoder
 
 KVCache = tuple[mx.array, mx.array]
 
@@ -206,6 +208,12 @@ class TextDecoder(nn.Module):
         if mx.default_device().type == mx.cpu:
             self._projection = mx.contiguous(self.token_embedding.weight.T)
             mx.eval(self._projection)
+
+    @cached_property
+    def cpu_step(self) -> CpuTextDecoder:
+        """The one-token step in numpy, for MLX's CPU device (built at the first CPU decode, after the weights and
+        ``freeze_projection``: it reads them in place)."""
+        return CpuTextDecoder(self)
 
     def cross_kv(self, xa: mx.array) -> list[tuple[None, KVCache]]:
         """Cross-attention keys and values of one window, computed once and reused for every token."""
