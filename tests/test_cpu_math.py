@@ -151,3 +151,34 @@ def test_silu_of_a_fresh_array_is_silu(rows: int) -> None:
     weight = mx.array(np.eye(16, dtype=np.float32))
     got = np.array(cpu_math.silu_of_fresh(mx.array(x) @ weight))  # a product's output, held by nobody else
     np.testing.assert_allclose(got, x / (1 + np.exp(-x)), rtol=1e-5, atol=1e-6)
+
+
+def test_gelu_rows_is_gelu() -> None:
+    """The numpy GELU of Whisper's CPU decode steps: the MLX one's formula, in place."""
+    x = np.random.default_rng(5).standard_normal((3, 500)).astype(np.float32) * 5
+    want = np.array(cpu_math.gelu(mx.array(x)))
+    got = cpu_math.gelu_rows(x.copy())
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_numpy_blas_runs_single_threaded_inside_and_is_restored_after_overlapping_holders() -> None:
+    """Two engines' threads may hold it at once: numpy's BLAS stays at one thread until the last leaves, MLX's own
+    BLAS (another library) is never touched."""
+    from threadpoolctl import ThreadpoolController
+
+    def threads() -> dict[str, int]:
+        return {i["filepath"]: i["num_threads"] for i in ThreadpoolController().info() if i["user_api"] == "blas"}
+
+    numpy_libs = [p for p in threads() if "numpy" in p]
+    assert numpy_libs, "numpy's wheel brings its own OpenBLAS"
+    before = threads()
+    outer, inner = cpu_math.numpy_blas_single_threaded(), cpu_math.numpy_blas_single_threaded()
+    outer.__enter__()
+    inner.__enter__()
+    inside = threads()
+    outer.__exit__(None, None, None)  # the first out is not the last
+    still = threads()
+    inner.__exit__(None, None, None)
+    assert all(inside[p] == 1 and still[p] == 1 for p in numpy_libs)
+    assert {p: n for p, n in inside.items() if p not in numpy_libs} == {p: n for p, n in before.items() if p not in numpy_libs}
+    assert threads() == before

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import lru_cache
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -194,17 +196,43 @@ def _pool() -> ThreadPoolExecutor:
 def _numpy_blas() -> ThreadpoolController:
     """numpy's own BLAS when it brings one (a wheel's, in numpy.libs; not MLX's, another library): each attention
     thread runs its products single-threaded on its own core, where a BLAS thread pool per caller would put four
-    spinning threads on two cores. A numpy built on the system's BLAS, MLX's, is left alone (nothing selected)."""
+    spinning threads on two cores. A numpy built on the system's BLAS, MLX's, is left alone (nothing selected:
+    ``select`` takes a library matching any one of its criteria, so the path is the only one)."""
     controller = ThreadpoolController()
     numpy_dir = os.path.dirname(np.__file__)  # its wheel's libraries are in numpy.libs beside it
-    return controller.select(user_api="blas", filepath=[
+    return controller.select(filepath=[
         info["filepath"] for info in controller.info() if info["filepath"].startswith(numpy_dir)])
+
+
+_single_lock = threading.Lock()
+_single_holders = 0
+_single_limiter: Any = None
+
+
+@contextmanager
+def numpy_blas_single_threaded() -> Iterator[None]:
+    """numpy's BLAS runs one thread per caller inside: for callers whose products are small, or that share work among
+    their own threads. Its thread count is one setting for the whole process, so overlapping holders (two engines'
+    threads) are counted and the last one out restores it."""
+    global _single_holders, _single_limiter
+    with _single_lock:
+        if _single_holders == 0:
+            _single_limiter = _numpy_blas().limit(limits=1)
+        _single_holders += 1
+    try:
+        yield
+    finally:
+        with _single_lock:
+            _single_holders -= 1
+            if _single_holders == 0:
+                _single_limiter.restore_original_limits()
+                _single_limiter = None
 
 
 def _on_pool(work: Callable[..., None], shares: list[tuple[int, ...]]) -> None:
     """Runs ``work(*share)`` for each share on the pool and waits for all, numpy's BLAS single-threaded meanwhile
     (each share's products run on its own core). Never called from a pool thread."""
-    with _numpy_blas().limit(limits=1):
+    with numpy_blas_single_threaded():
         for done in [_pool().submit(work, *share) for share in shares]:
             done.result()
 

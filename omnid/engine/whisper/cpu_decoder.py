@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import mlx.core as mx
 import numpy as np
 
-from omnid.engine.cpu_math import gelu_rows
+from omnid.engine.cpu_math import gelu_rows, numpy_blas_single_threaded
 from omnid.engine.numpy_layers import Linear, Norm, as_numpy
 
 if TYPE_CHECKING:
@@ -101,6 +101,12 @@ class CpuTextDecoder:
         """Feeds each row its token; returns the next logits, one row per sequence (len(rows), vocabulary)."""
         if any(r.length >= self.n_ctx for r in rows):
             raise ValueError(f"a sequence is past the decoder's {self.n_ctx} positions")
+        # A step's products are small: a second BLAS thread would be woken for each (or spin between them) on the
+        # core that other sessions' work needs.
+        with numpy_blas_single_threaded():
+            return self._step(tokens, rows)
+
+    def _step(self, tokens: list[int], rows: list[Row]) -> np.ndarray:
         x = self.embedding[tokens] + self.positions[[r.length for r in rows]]
         scale = np.float32(self.head_dim**-0.5)
         heads = np.empty_like(x)
