@@ -80,3 +80,22 @@ def test_content_window_mode_transcribes_short_clip(engine):
     audio = clip_audio("ljspeech_LJ001-0002")
     result = engine.transcribe(audio, TranscribeOptions(window="content"))
     assert result.text.lower().startswith("in being comparatively modern")
+
+
+def test_the_cpu_numpy_encoder_layers_are_the_mlx_layers(engine):
+    """On the CPU the encoder's blocks run in numpy (cpu_encoder.py); Metal runs model.py's MLX blocks. Both on the
+    same batch of two windows of real speech give the same features, to float32 rounding."""
+    import mlx.core as mx
+
+    from omnid.engine.whisper.mel import log_mel_spectrogram
+
+    ids = [k for k, r in manifest().items() if r["language"] == "en" and r["duration_s"] >= 4][:2]
+    mels = [log_mel_spectrogram(clip_audio(i)[: 16000 * 8], engine.dims.n_mels)[:800] for i in ids]
+    encoder = engine.model.encoder
+    front = encoder.front(mx.stack(mels))
+    expected = front
+    for block in encoder.blocks:
+        expected, _ = block(expected)
+    got = encoder._through_cpu_layers(front, None)
+    assert got.shape == expected.shape == (2, 400, engine.dims.n_audio_state)
+    assert np.abs(np.array(got) - np.array(expected)).max() <= 1e-4 * np.abs(np.array(expected)).max()

@@ -3,11 +3,12 @@
 MLX's CPU kernels for exp and erf are scalar loops (``mx.exp`` about 27x slower than ``np.exp`` here), while adds,
 multiplies and OpenBLAS matrix products are fast, so an encoder's attention softmax and GELU were most of its time
 on a CPU. ``gelu`` replaces erf by a rational function (adds, multiplies, one divide), pure MLX, on every device.
-Whisper's ``attention`` keeps both products in MLX (its OpenBLAS) and only the exp in numpy, on the CPU device;
-Metal keeps MLX's fused kernel.
+``attention`` (Qwen3-ASR's audio encoder) keeps both products in MLX (its OpenBLAS) and only the exp in numpy, on
+the CPU device; Metal keeps MLX's fused kernel.
 
-Sortformer's attentions (``head_attention``, ``relative_attention``) and its element-wise chains go further on the
-CPU: numpy does all of a head's work, products included, with the heads (or the rows of an activation) shared among
+Sortformer's attentions (``head_attention``, ``relative_attention``), its element-wise chains, and Whisper's encoder
+and decoder layers (whisper/cpu_encoder.py, cpu_decoder.py; ``gelu_rows``) go further on the CPU: numpy does all of
+a head's work, products included, with the heads (or the rows of an activation) shared among
 CPU_THREADS threads, because MLX's element-wise kernels use one core and torch's, which NeMo runs on, use all.
 numpy's own BLAS, a second library beside MLX's, is held to one thread per caller meanwhile (``_on_pool``): an
 earlier version let it start its own pool, and two spinning pools on two cores made a realtime preview's encoder
@@ -76,19 +77,19 @@ def _gelu(x: mx.array) -> mx.array:
     return 0.5 * x * (1.0 + z * p / q)
 
 
-def gelu_rows(x: np.ndarray) -> np.ndarray:
-    """``gelu`` in numpy, in place: for arrays nobody else holds (a layer's fresh output)."""
-    z = x * np.float32(0.7071067811865476)
+def gelu_rows(x: np.ndarray, temps: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+    """``gelu`` in numpy, in place: for arrays nobody else holds (a layer's fresh output). ``temps``: four buffers of
+    x's shape for the intermediates (else allocated)."""
+    z, z2, p, q = temps if temps is not None else tuple(np.empty_like(x) for _ in range(4))
+    np.multiply(x, np.float32(0.7071067811865476), out=z)
     np.clip(z, -4.0, 4.0, out=z)
-    z2 = z * z
-    p = z2 * np.float32(_ERF_P[-1]) + np.float32(_ERF_P[-2])
-    for c in reversed(_ERF_P[:-2]):
-        p *= z2
-        p += np.float32(c)
-    q = z2 * np.float32(_ERF_Q[-1]) + np.float32(_ERF_Q[-2])
-    for c in reversed(_ERF_Q[:-2]):
-        q *= z2
-        q += np.float32(c)
+    np.multiply(z, z, out=z2)
+    for out, coefficients in ((p, _ERF_P), (q, _ERF_Q)):
+        np.multiply(z2, np.float32(coefficients[-1]), out=out)
+        out += np.float32(coefficients[-2])
+        for c in reversed(coefficients[:-2]):
+            out *= z2
+            out += np.float32(c)
     z *= p
     z /= q
     z += 1.0

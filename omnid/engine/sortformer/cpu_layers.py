@@ -12,8 +12,6 @@ model.py keeps its MLX layers for Metal and for batches of more than one sequenc
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
@@ -21,48 +19,15 @@ import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import (
-    by_rows,
     glu_depthwise_silu,
     head_attention_np,
     relative_attention_np,
     silu_rows,
 )
-from omnid.engine.numpy_layers import Linear, Norm, as_numpy
+from omnid.engine.numpy_layers import Linear, Norm, as_numpy, blocks, scratch
 
 if TYPE_CHECKING:
     from omnid.engine.sortformer.model import ConformerLayer, TransformerLayer
-
-# Rows per block: a 128 x 512 by 512 x 2048 product runs near the BLAS's full single-thread speed (64-row blocks
-# were 15% slower, 32-row ones 50%), and a block's feed-forward hidden (1 MB) still sits in the core's cache.
-ROWS = 128
-
-
-class _Scratch(threading.local):
-    """Per thread, one buffer of ROWS rows per name and width (a few MB per thread in all): fresh temporaries of a
-    MB each can be fresh mappings to page-fault."""
-
-    def __init__(self) -> None:
-        self.buffers: dict[tuple[str, int], np.ndarray] = {}
-
-    def get(self, name: str, rows: int, width: int) -> np.ndarray:
-        buf = self.buffers.get((name, width))
-        if buf is None or len(buf) < rows:
-            buf = self.buffers[(name, width)] = np.empty((max(rows, ROWS), width), np.float32)
-        return buf[:rows]
-
-
-_scratch = _Scratch()
-
-
-def _blocks(work: Callable[[int, int], object], n: int) -> None:
-    """Runs ``work(start, stop)`` over blocks of at most ROWS rows, the blocks shared among the threads."""
-
-    def share(start: int, stop: int) -> None:
-        for first in range(start, stop, ROWS):
-            work(first, min(first + ROWS, stop))
-
-    by_rows(share, n)
-
 
 class FeedForward:
     """x += 0.5 * linear2(SiLU(linear1(norm(x)))) on a block of rows."""
@@ -72,11 +37,11 @@ class FeedForward:
 
     def add_to(self, x: np.ndarray) -> None:
         rows, (m, ff) = len(x), self.linear1.weight_t.shape
-        normed = _scratch.get("normed", rows, m)
+        normed = scratch.get("normed", rows, m)
         normed[:] = x
-        hidden = self.linear1(self.norm(normed), _scratch.get("hidden", rows, ff))
-        silu_rows(hidden, _scratch.get("denominator", rows, ff))
-        y = self.linear2(hidden, _scratch.get("out", rows, m))
+        hidden = self.linear1(self.norm(normed), scratch.get("hidden", rows, ff))
+        silu_rows(hidden, scratch.get("denominator", rows, ff))
+        y = self.linear2(hidden, scratch.get("out", rows, m))
         y *= 0.5
         x += y
 
@@ -110,15 +75,15 @@ class CpuConformerLayer:
         def feed_forward1_and_projections(start: int, stop: int) -> None:
             rows = x[start:stop]
             self.ff1.add_to(rows)
-            normed = _scratch.get("normed", stop - start, m)
+            normed = scratch.get("normed", stop - start, m)
             normed[:] = rows
             self.norm_att(normed)
             for proj, out in ((self.q, q), (self.k, k), (self.v, v)):
                 proj(normed, out[start:stop])
 
-        _blocks(feed_forward1_and_projections, t)
+        blocks(feed_forward1_and_projections, t)
         p = np.empty((len(pos), m), np.float32)
-        _blocks(lambda start, stop: self.relative_k(pos[start:stop], p[start:stop]), len(pos))
+        blocks(lambda start, stop: self.relative_k(pos[start:stop], p[start:stop]), len(pos))
         att = relative_attention_np(q.reshape(1, t, h, -1), self.bias_u, self.bias_v, k.reshape(1, t, h, -1),
                                     p.reshape(-1, h, m // h), v.reshape(1, t, h, -1), 1 / math.sqrt(m // h))[0]
         att = att.reshape(t, m)
@@ -126,21 +91,21 @@ class CpuConformerLayer:
 
         def attention_out_and_pointwise1(start: int, stop: int) -> None:
             rows = x[start:stop]
-            rows += self.o(att[start:stop], _scratch.get("out", stop - start, m))
-            normed = _scratch.get("normed", stop - start, m)
+            rows += self.o(att[start:stop], scratch.get("out", stop - start, m))
+            normed = scratch.get("normed", stop - start, m)
             normed[:] = rows
             self.pointwise1(self.norm_conv(normed), y[start:stop])
 
-        _blocks(attention_out_and_pointwise1, t)
+        blocks(attention_out_and_pointwise1, t)
         g = glu_depthwise_silu(y, self.depthwise_weight, self.depthwise_bias)
 
         def pointwise2_feed_forward2_and_norm(start: int, stop: int) -> None:
             rows = x[start:stop]
-            rows += self.pointwise2(g[start:stop], _scratch.get("out", stop - start, m))
+            rows += self.pointwise2(g[start:stop], scratch.get("out", stop - start, m))
             self.ff2.add_to(rows)
             self.norm_out(rows)
 
-        _blocks(pointwise2_feed_forward2_and_norm, t)
+        blocks(pointwise2_feed_forward2_and_norm, t)
 
 
 class CpuTransformerLayer:
@@ -168,21 +133,21 @@ class CpuTransformerLayer:
             q[start:stop] *= scale
             k[start:stop] *= scale
 
-        _blocks(projections, t)
+        blocks(projections, t)
         att = head_attention_np(q.reshape(1, t, h, -1), k.reshape(1, t, h, -1), v.reshape(1, t, h, -1), 1.0)
         att = att.reshape(t, f)
         inner = self.fc1.weight_t.shape[1]
 
         def rest(start: int, stop: int) -> None:
             rows = x[start:stop]
-            rows += self.o(att[start:stop], _scratch.get("out", stop - start, f))
+            rows += self.o(att[start:stop], scratch.get("out", stop - start, f))
             self.norm_att(rows)
-            hidden = self.fc1(rows, _scratch.get("hidden", stop - start, inner))
+            hidden = self.fc1(rows, scratch.get("hidden", stop - start, inner))
             np.maximum(hidden, 0.0, out=hidden)
-            rows += self.fc2(hidden, _scratch.get("out", stop - start, f))
+            rows += self.fc2(hidden, scratch.get("out", stop - start, f))
             self.norm_out(rows)
 
-        _blocks(rest, t)
+        blocks(rest, t)
 
 
 def linear(x: np.ndarray, layer: nn.Module, relu: bool = False) -> np.ndarray:
@@ -196,5 +161,5 @@ def linear(x: np.ndarray, layer: nn.Module, relu: bool = False) -> np.ndarray:
         if relu:
             np.maximum(out[start:stop], 0.0, out=out[start:stop])
 
-    _blocks(block, len(rows))
+    blocks(block, len(rows))
     return out.reshape(*x.shape[:-1], -1)

@@ -12,9 +12,11 @@ from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
 from omnid.engine.cpu_math import attention, gelu
 from omnid.engine.whisper.cpu_decoder import CpuTextDecoder
+from omnid.engine.whisper.cpu_encoder import CpuEncoderLayer
 
 KVCache = tuple[mx.array, mx.array]
 
@@ -128,9 +130,9 @@ class AudioEncoder(nn.Module):
     def __call__(self, mel: mx.array, between_layers: Callable[[], None] | None = None) -> mx.array:
         """mel: (batch, frames, n_mels) with frames <= 2 * n_ctx. Fewer frames than a full window are
         encoded as they are (no padding to 30 s); the caller chooses."""
-        x = gelu(self.conv1(mel))
-        x = gelu(self.conv2(x))
-        x = x + self.positional_embedding[: x.shape[1]]
+        x = self.front(mel)
+        if mx.default_device() == mx.cpu:
+            return self.ln_post(self._through_cpu_layers(x, between_layers))
         for block in self.blocks:
             x, _ = block(x)
             if between_layers is not None:
@@ -138,6 +140,27 @@ class AudioEncoder(nn.Module):
                 mx.eval(x)
                 between_layers()
         return self.ln_post(x)
+
+    def front(self, mel: mx.array) -> mx.array:
+        """The convolutions and positions before the blocks."""
+        x = gelu(self.conv1(mel))
+        x = gelu(self.conv2(x))
+        return x + self.positional_embedding[: x.shape[1]]
+
+    def _through_cpu_layers(self, x: mx.array, between_layers: Callable[[], None] | None) -> mx.array:
+        """The blocks in numpy (cpu_encoder.py), on a copy of x updated in place."""
+        mx.eval(x)
+        stream = np.array(x)
+        for layer in self._cpu_layers:
+            layer(stream)
+            if between_layers is not None:
+                between_layers()
+        return mx.array(stream)
+
+    @cached_property
+    def _cpu_layers(self) -> list[CpuEncoderLayer]:
+        """Built at the first CPU pass, after the weights are loaded (numpy views of them)."""
+        return [CpuEncoderLayer(block) for block in self.blocks]
 
 
 class TextDecoder(nn.Module):
