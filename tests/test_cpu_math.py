@@ -161,24 +161,31 @@ def test_gelu_rows_is_gelu() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_numpy_blas_runs_single_threaded_inside_and_is_restored_after_overlapping_holders() -> None:
-    """Two engines' threads may hold it at once: numpy's BLAS stays at one thread until the last leaves, MLX's own
-    BLAS (another library) is never touched."""
+@pytest.mark.parametrize("which", ["numpy", "mlx"])
+def test_one_blas_runs_single_threaded_inside_and_is_restored_after_overlapping_holders(which: str) -> None:
+    """Two engines' threads may hold it at once: the library stays at one thread until the last leaves, and the other
+    BLAS (numpy's own beside the OpenBLAS preloaded for MLX) is never touched."""
     from threadpoolctl import ThreadpoolController
+
+    from omnid import blas
 
     def threads() -> dict[str, int]:
         return {i["filepath"]: i["num_threads"] for i in ThreadpoolController().info() if i["user_api"] == "blas"}
 
     numpy_libs = [p for p in threads() if "numpy" in p]
     assert numpy_libs, "numpy's wheel brings its own OpenBLAS"
+    assert blas.status().name == "openblas", "the OpenBLAS for MLX is preloaded (make setup installs it)"
+    held = numpy_libs if which == "numpy" else [p for p in threads() if p not in numpy_libs]
+    assert held
+    context = cpu_math.numpy_blas_single_threaded if which == "numpy" else cpu_math.mlx_blas_single_threaded
     before = threads()
-    outer, inner = cpu_math.numpy_blas_single_threaded(), cpu_math.numpy_blas_single_threaded()
+    outer, inner = context(), context()
     outer.__enter__()
     inner.__enter__()
     inside = threads()
     outer.__exit__(None, None, None)  # the first out is not the last
     still = threads()
     inner.__exit__(None, None, None)
-    assert all(inside[p] == 1 and still[p] == 1 for p in numpy_libs)
-    assert {p: n for p, n in inside.items() if p not in numpy_libs} == {p: n for p, n in before.items() if p not in numpy_libs}
+    assert all(inside[p] == 1 and still[p] == 1 for p in held)
+    assert {p: n for p, n in inside.items() if p not in held} == {p: n for p, n in before.items() if p not in held}
     assert threads() == before

@@ -35,6 +35,8 @@ import mlx.core as mx
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
+from omnid import blas
+
 # erf as a rational function of x on [-4, 4] (odd numerator, even denominator; saturated outside, where float32
 # erf is +-1): the minimax approximation XLA and Eigen use for float32, within 1.5e-6 of erf. MLX's CPU erf is a
 # scalar loop that took much of the encoder's time; these multiplies and adds are vectorised.
@@ -205,29 +207,48 @@ def _numpy_blas() -> ThreadpoolController:
         info["filepath"] for info in controller.info() if info["filepath"].startswith(numpy_dir)])
 
 
-_single_lock = threading.Lock()
-_single_holders = 0
-_single_limiter: Any = None
+@lru_cache(maxsize=1)
+def _mlx_blas() -> ThreadpoolController:
+    """The OpenBLAS omnid.blas preloaded for MLX's CPU backend (nothing selected without one)."""
+    path = blas.status().path
+    controller = ThreadpoolController()
+    real = os.path.realpath(path) if path else None
+    return controller.select(filepath=[info["filepath"] for info in controller.info()
+                                       if real is not None and os.path.realpath(info["filepath"]) == real])
 
 
-@contextmanager
-def numpy_blas_single_threaded() -> Iterator[None]:
-    """numpy's BLAS runs one thread per caller inside: for callers whose products are small, or that share work among
-    their own threads. Its thread count is one setting for the whole process, so overlapping holders (two engines'
-    threads) are counted and the last one out restores it."""
-    global _single_holders, _single_limiter
-    with _single_lock:
-        if _single_holders == 0:
-            _single_limiter = _numpy_blas().limit(limits=1)
-        _single_holders += 1
-    try:
-        yield
-    finally:
-        with _single_lock:
-            _single_holders -= 1
-            if _single_holders == 0:
-                _single_limiter.restore_original_limits()
-                _single_limiter = None
+class _SingleThreaded:
+    """A context in which one BLAS library runs one thread per caller. Its thread count is one setting for the whole
+    process, so overlapping holders (two engines' threads) are counted and the last one out restores it."""
+
+    def __init__(self, library: Callable[[], ThreadpoolController]):
+        self.library = library
+        self.lock = threading.Lock()
+        self.holders = 0
+        self.limiter: Any = None
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self.lock:
+            if self.holders == 0:
+                self.limiter = self.library().limit(limits=1)
+            self.holders += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.holders -= 1
+                if self.holders == 0:
+                    self.limiter.restore_original_limits()
+                    self.limiter = None
+
+
+# numpy's BLAS, for callers whose products are small or that share work among their own threads.
+numpy_blas_single_threaded = _SingleThreaded(_numpy_blas)
+# MLX's, for work whose large products moved to numpy: the few left (a window's convolutions, cross-attention keys
+# and values, a decode's prompt) would otherwise leave its second thread spinning, after each, on a core that other
+# work needs (about 0.1 s: OpenBLAS's idle timeout); woken less often, it sleeps and costs a wake-up per product.
+mlx_blas_single_threaded = _SingleThreaded(_mlx_blas)
 
 
 def _on_pool(work: Callable[..., None], shares: list[tuple[int, ...]]) -> None:

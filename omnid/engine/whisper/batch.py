@@ -13,12 +13,14 @@ the solo computation.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Generator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import mlx.core as mx
 import numpy as np
 
+from omnid.engine.cpu_math import mlx_blas_single_threaded
 from omnid.engine.whisper.cpu_decoder import CpuDecodeBatch
 from omnid.engine.whisper.decoding import DecodeOptions, Decoding, WindowDecoder
 from omnid.engine.whisper.model import KVCache, Whisper
@@ -180,7 +182,8 @@ class WhisperBatch:
 
     def add(self, key: Key, program: Program) -> None:
         self.programs[key] = program
-        self._resume(key, None)
+        with _blas_for_steps():
+            self._resume(key, None)
 
     def drop(self, keys: Collection[Key]) -> None:
         """Stops these programs where they are; nothing is reported for them."""
@@ -202,10 +205,11 @@ class WhisperBatch:
         # encode by previews' decoding.
         lanes = [d for d in self.lanes.values() if d]
         decodes = min(lanes, key=lambda d: min(d.keys)) if lanes else None
-        if self.waiting and (decodes is None or min(self.waiting) < min(decodes.keys)):
-            self._encode(drop)
-        elif decodes is not None:
-            self._decode(decodes, drop)
+        with _blas_for_steps():
+            if self.waiting and (decodes is None or min(self.waiting) < min(decodes.keys)):
+                self._encode(drop)
+            elif decodes is not None:
+                self._decode(decodes, drop)
         ended, self._ended = self._ended, []
         return ended
 
@@ -296,6 +300,12 @@ class WhisperBatch:
             program.close()
         self.waiting.pop(key, None)
         self._ended.append((key, None, error))
+
+
+def _blas_for_steps() -> AbstractContextManager[None]:
+    """On MLX's CPU device the layers run in numpy (cpu_encoder.py, cpu_decoder.py); MLX's BLAS, left the small
+    products, runs them on one thread (cpu_math.mlx_blas_single_threaded)."""
+    return mlx_blas_single_threaded() if mx.default_device() == mx.cpu else nullcontext()
 
 
 def run_alone(batch: WhisperBatch, program: Program[T], check: Callable[[], None]) -> T:
