@@ -80,10 +80,10 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
     # Audio received but not yet transcribed: the open segment plus segments waiting for their final.
     max_backlog_s: float = 90.0
     # Live previews: the first this long after speech starts, then after each this much new audio.
-    first_preview_s: float = 0.1
-    preview_interval_s: float = 0.5
+    first_preview_s: float = 0.2
+    preview_interval_s: float = 0.3
     # Previews of less speech than this are shown but not built on (no stable prefix, no OpenAI delta).
-    stable_after_s: float = 1.0
+    stable_after_s: float = 0.8
     # Window mode of previews ("content" is several times cheaper on a CPU); finals use transcription.window.
     preview_window: Literal["full", "content"] = "content"
     # Server VAD: after this much silence the turn's final is decoded at once, before the turn is over; speech
@@ -95,7 +95,7 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
     # no preview starts and server VAD starts no speculation, and finals are encoded with busy_final_window:
     # "content" costs a short segment a fraction of a padded 30 s window on a CPU, at a small accuracy cost; "full"
     # keeps finals exactly as offline whatever the load.
-    busy_finals: int = 1
+    busy_finals: int = 0
     busy_final_window: Literal["full", "content"] = "content"
     # Speech probability that opens a segment to decoding when turns are manual (server VAD has its own).
     vad_threshold: float = 0.5
