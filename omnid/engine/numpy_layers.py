@@ -6,7 +6,7 @@ temporaries in per-thread scratch buffers."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -87,3 +87,16 @@ def blocks(work: Callable[[int, int], object], n: int) -> None:
             work(first, min(first + ROWS, stop))
 
     by_rows(share, n)
+
+
+def through_layers(x: mx.array, layers: Sequence[Callable[..., None]], *args: np.ndarray,
+                   after_each: Callable[[], None] | None = None) -> mx.array:
+    """x through numpy layers that update a copy of it in place (each called with ``args`` after the stream);
+    ``after_each`` runs between layers (a cancelled job can stop there)."""
+    mx.eval(x)
+    stream = np.array(x)
+    for layer in layers:
+        layer(stream, *args)
+        if after_each is not None:
+            after_each()
+    return mx.array(stream)

@@ -10,7 +10,6 @@ changes: a whole recording's pre-encoded frames (offline), or ``[speaker cache |
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
 from functools import cached_property, lru_cache
 
 import mlx.core as mx
@@ -28,6 +27,7 @@ from omnid.engine.cpu_math import (
     silu,
     silu_of_fresh,
 )
+from omnid.engine.numpy_layers import through_layers
 from omnid.engine.sortformer.checkpoint import Checkpoint, Dims
 from omnid.engine.sortformer.cpu_layers import CpuConformerLayer, CpuTransformerLayer, linear
 
@@ -75,15 +75,6 @@ def _conv(conv: nn.Conv2d) -> tuple[np.ndarray, np.ndarray]:
 def _on_cpu(x: mx.array) -> bool:
     """One sequence on MLX's CPU device: cpu_layers' numpy layers run it."""
     return mx.default_device() == mx.cpu and x.shape[0] == 1
-
-
-def _through_cpu_layers(layers: Sequence[Callable[..., None]], x: mx.array, *args: np.ndarray) -> mx.array:
-    """x (1, T, d) through cpu_layers' layers, which update a numpy copy of it in place."""
-    mx.eval(x)
-    stream = np.array(x[0])
-    for layer in layers:
-        layer(stream, *args)
-    return mx.array(stream)[None]
 
 
 @lru_cache(maxsize=8)
@@ -193,7 +184,7 @@ class FastConformer(nn.Module):
         pos = relative_positions(x.shape[1], self.d.fc_d_model)
         if _on_cpu(x):
             mx.eval(pos)
-            return _through_cpu_layers(self._cpu_layers, x, np.asarray(pos))
+            return through_layers(x[0], self._cpu_layers, np.asarray(pos))[None]
         for layer in self.layers:
             x = layer(x, pos)
             mx.eval(x)  # one layer's graph at a time: bounded temporaries
@@ -252,7 +243,7 @@ class TransformerEncoder(nn.Module):
         if "embed_positions" in self:
             x = x + self.embed_positions.weight[: x.shape[1]]
         if _on_cpu(x):
-            return _through_cpu_layers(self._cpu_layers, x)
+            return through_layers(x[0], self._cpu_layers)[None]
         for layer in self.layers:
             x = layer(x)
         return x

@@ -27,7 +27,7 @@ from omnid.engine.numpy_layers import Linear, Norm, as_numpy
 
 if TYPE_CHECKING:
     from omnid.engine.whisper.decoding import Decoding
-    from omnid.engine.whisper.model import KVCache, MultiHeadAttention, TextDecoder
+    from omnid.engine.whisper.model import KVCache, TextDecoder
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,7 @@ class Row:
     keys: list[np.ndarray]
     values: list[np.ndarray]
     length: int
-    cross: list[tuple[np.ndarray, np.ndarray]]
-    holds: list[mx.array]  # the MLX arrays the cross views read
+    cross: list[tuple[np.ndarray, np.ndarray]]  # views that keep their MLX arrays alive
 
 
 class CpuTextDecoder:
@@ -72,8 +71,8 @@ class CpuTextDecoder:
         self.ln = Norm.of(decoder.ln)
         self.layers = []
         for block in decoder.blocks:
-            cross, cross_ln = _cross(block.cross_attn), block.cross_attn_ln
-            assert cross_ln is not None
+            cross, cross_ln = block.cross_attn, block.cross_attn_ln
+            assert cross is not None and cross_ln is not None, "decoder blocks have cross-attention"
             self.layers.append(_Layer(
                 Norm.of(block.attn_ln), Linear.of(block.attn.query), Linear.of(block.attn.key),
                 Linear.of(block.attn.value), Linear.of(block.attn.out), Norm.of(cross_ln),
@@ -92,10 +91,8 @@ class CpuTextDecoder:
             key[:, :length], value[:, :length] = np.asarray(k)[0], np.asarray(v)[0]
             keys.append(key)
             values.append(value)
-        holds = [t for _, kv in cross for t in kv]
-        mx.eval(holds)
-        views = [(np.asarray(k)[0], np.asarray(v)[0]) for _, (k, v) in cross]
-        return Row(keys, values, length, views, holds)
+        mx.eval([kv for _, kv in cross])
+        return Row(keys, values, length, [(np.asarray(k)[0], np.asarray(v)[0]) for _, (k, v) in cross])
 
     def step(self, tokens: list[int], rows: list[Row]) -> np.ndarray:
         """Feeds each row its token; returns the next logits, one row per sequence (len(rows), vocabulary)."""
@@ -136,11 +133,6 @@ def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
     return np.matmul(scores[:, None, :], v).reshape(-1)
-
-
-def _cross(attn: MultiHeadAttention | None) -> MultiHeadAttention:
-    assert attn is not None, "decoder blocks have cross-attention"
-    return attn
 
 
 class CpuDecodeBatch:

@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 
 from omnid.engine.cpu_math import attention, gelu
+from omnid.engine.numpy_layers import through_layers
 from omnid.engine.whisper.cpu_decoder import CpuTextDecoder
 from omnid.engine.whisper.cpu_encoder import CpuEncoderLayer
 
@@ -132,7 +132,7 @@ class AudioEncoder(nn.Module):
         encoded as they are (no padding to 30 s); the caller chooses."""
         x = self.front(mel)
         if mx.default_device() == mx.cpu:
-            return self.ln_post(self._through_cpu_layers(x, between_layers))
+            return self.ln_post(through_layers(x, self._cpu_layers, after_each=between_layers))
         for block in self.blocks:
             x, _ = block(x)
             if between_layers is not None:
@@ -146,16 +146,6 @@ class AudioEncoder(nn.Module):
         x = gelu(self.conv1(mel))
         x = gelu(self.conv2(x))
         return x + self.positional_embedding[: x.shape[1]]
-
-    def _through_cpu_layers(self, x: mx.array, between_layers: Callable[[], None] | None) -> mx.array:
-        """The blocks in numpy (cpu_encoder.py), on a copy of x updated in place."""
-        mx.eval(x)
-        stream = np.array(x)
-        for layer in self._cpu_layers:
-            layer(stream)
-            if between_layers is not None:
-                between_layers()
-        return mx.array(stream)
 
     @cached_property
     def _cpu_layers(self) -> list[CpuEncoderLayer]:
