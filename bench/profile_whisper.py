@@ -53,10 +53,21 @@ def main() -> None:
     print(f"omnid.blas: {omnid.blas.status().name}; mlx {mx.__version__} on {mx.default_device()}; "
           f"{os.cpu_count()} cores; medians of {args.repeats}\n")
 
-    print("encoder forward (ms) by mel frames")
+    encoder = engine.model.encoder
+
+    def mlx_blocks(mel: mx.array) -> None:
+        """The encoder with model.py's MLX blocks (what Metal runs), beside omnid's CPU path (cpu_encoder.py)."""
+        x = encoder.front(mel)
+        for block in encoder.blocks:
+            x, _ = block(x)
+        mx.eval(encoder.ln_post(x))
+
+    print("encoder forward (ms) by mel frames: as omnid runs on the CPU (numpy blocks), and with MLX's blocks")
     for frames in (3000, 2000, 1000, 500):
         mel = mx.random.normal((1, frames, engine.dims.n_mels))
-        print(f"  {frames:>5} frames ({frames / 100:>4.0f} s): {timed(lambda: mx.eval(engine.model.encoder(mel)), args.repeats):8.1f}")
+        ours = timed(lambda: mx.eval(encoder(mel)), args.repeats)
+        theirs = timed(lambda: mlx_blocks(mel), args.repeats)
+        print(f"  {frames:>5} frames ({frames / 100:>4.0f} s): numpy blocks {ours:8.1f}   MLX blocks {theirs:8.1f}")
 
     scores = mx.random.normal((engine.dims.n_audio_head, 1500, 1500))
     mx.eval(scores)
@@ -70,7 +81,7 @@ def main() -> None:
     q, k, v = (mx.random.normal((1, engine.dims.n_audio_head, 1500, 64)) for _ in range(3))
     hidden = mx.random.normal((1, 1500, 4 * engine.dims.n_audio_state))
     mx.eval(q, k, v, hidden)
-    print("\none layer's attention (6 heads x 1500) and MLP GELU (1500 x 1536) on the CPU path (ms)")
+    print("\none layer's attention (6 heads x 1500) and MLP GELU (1500 x 1536), cpu_math's MLX path (Qwen3-ASR's encoder) (ms)")
     for label, rows, gelu_slice in (("sliced (as omnid runs)", cpu_math.ATTENTION_ROWS, cpu_math.GELU_SLICE),
                                     ("whole arrays", 1500, hidden.size)):
         cpu_math.ATTENTION_ROWS, cpu_math.GELU_SLICE = rows, gelu_slice
