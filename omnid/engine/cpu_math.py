@@ -214,7 +214,7 @@ def _mlx_blas() -> ThreadpoolController:
     controller = ThreadpoolController()
     real = os.path.realpath(path) if path else None
     return controller.select(filepath=[info["filepath"] for info in controller.info()
-                                       if real is not None and os.path.realpath(info["filepath"]) == real])
+                                       if os.path.realpath(info["filepath"]) == real])
 
 
 class _SingleThreaded:

@@ -15,20 +15,27 @@ import asyncio
 import ctypes
 import ctypes.util
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import structlog
 
 log = structlog.get_logger("omnid.allocator")
 
 
-def _malloc_trim() -> Callable[[], None] | None:
+def _glibc(symbol: str) -> Any:
+    """A function of the C library, or None where it has none (macOS's libc has no malloc_trim or mallopt)."""
     name = ctypes.util.find_library("c")
     if name is None:
         return None
     try:
-        trim = ctypes.CDLL(name).malloc_trim
+        return getattr(ctypes.CDLL(name), symbol)
     except (OSError, AttributeError):
+        return None
+
+
+def _malloc_trim() -> Callable[[], None] | None:
+    trim = _glibc("malloc_trim")
+    if trim is None:
         return None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
 
@@ -47,12 +54,8 @@ ARENAS = 1
 
 
 def limit_arenas() -> bool:
-    """Caps glibc's heaps at ARENAS before the engines' threads start; False where there is no glibc."""
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt if name is not None else None
-    except (OSError, AttributeError):
-        mallopt = None
+    """Caps glibc's heaps at ARENAS (call it before the engines' threads start); False where there is no glibc."""
+    mallopt = _glibc("mallopt")
     if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
@@ -67,8 +70,6 @@ class HeapTrimmer:
     def __init__(self, delay_s: float, release: Callable[[], None] | None = None):
         self.delay_s = delay_s
         self._release = release if release is not None else _malloc_trim()
-        if release is None:
-            limit_arenas()
         self._open = 0
         self._pending: asyncio.TimerHandle | None = None
         self.trims = 0

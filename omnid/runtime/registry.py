@@ -13,7 +13,7 @@ from omnid.config import Config
 from omnid.engine.interface import TranscriptionEngine
 from omnid.engine.sortformer.engine import SortformerEngine
 from omnid.metrics import Metrics
-from omnid.runtime.allocator import HeapTrimmer
+from omnid.runtime.allocator import HeapTrimmer, limit_arenas
 from omnid.runtime.catalog import ModelCatalog
 from omnid.runtime.models import diarizer_runtime, model_runtime
 from omnid.runtime.scheduler import EngineRuntime
@@ -41,6 +41,7 @@ class Services:
 
     @classmethod
     def create(cls, config: Config) -> "Services":
+        limit_arenas()  # before any engine's thread allocates (allocator.py)
         services = cls(config)
         for model in config.models:
             if model.kind == "sortformer":

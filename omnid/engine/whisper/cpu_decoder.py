@@ -85,8 +85,8 @@ class CpuTextDecoder:
         mx.eval(self_kv)
         length = self_kv[0][0].shape[2]
         keys, values = [], []
+        shape = (self.n_head, self.n_ctx, self.head_dim)
         for k, v in self_kv:
-            shape = (self.n_head, self.n_ctx, self.head_dim)
             key, value = np.empty(shape, np.float32), np.empty(shape, np.float32)
             key[:, :length], value[:, :length] = np.asarray(k)[0], np.asarray(v)[0]
             keys.append(key)
