@@ -15,7 +15,7 @@ from omnid.api.errors import ApiError, invalid, require_loaded, require_ready
 from omnid.api.forms import Form, FormLimits, flag, integer, number, read_form, text
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.echo import shown
-from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.interface import Capabilities, TranscriptionEngine
 from omnid.engine.sortformer.engine import PRESETS
 from omnid.engine.transcript import Segment, Transcript
 from omnid.engine.whisper.engine import TranscribeOptions
@@ -23,7 +23,7 @@ from omnid.formats import CONTENT_TYPES, FORMATS, SPEAKER_FORMATS, render
 from omnid.logging import content
 from omnid.realtime.protocol.server_events import ErrorDetail, Usage  # one shape on every route
 from omnid.runtime import transcription
-from omnid.runtime.catalog import NotTranscription, UnknownLanguage, UnknownModel, UnsupportedLanguage, resolve_language
+from omnid.runtime.catalog import NotTranscription, UnknownModel, requested_language
 from omnid.runtime.errors import JobCancelledError
 from omnid.runtime.models import transcribe_options
 from omnid.runtime.scheduler import EngineRuntime, Priority
@@ -37,6 +37,8 @@ AUDIO_LAYOUTS = {"reference", "voxt_swift"}
 VAD_FILTER_THRESHOLD = 0.5  # Silero's own default
 # Subtitles need segment times fit to show text by; verbose_json carries whatever segments the engine has.
 TIMED_FORMATS = {"srt", "vtt"}
+# The largest max_new_tokens the reference servers take (a 32-bit count); more is "out of range".
+MAX_TOKEN_BUDGET = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,11 @@ class Request:
 
 
 class GenerationMetadata(msgspec.Struct):
+    """What the reference servers report, field for field: the language as the model names it (None when none was
+    detected), and ``stop`` or ``length``."""
+
     generated_token_count: int
-    language: str
+    language: str | None
     finish_reason: str
 
 
@@ -66,6 +71,9 @@ class DoneEvent(msgspec.Struct, tag_field="type", tag="transcript.text.done", om
     text: str
     usage: Usage
     generation_metadata: GenerationMetadata | None = None
+    # omnid's own detail beside the reference's fields: "token_loop" when the loop guard ended a decode (reported
+    # as finish_reason "stop", as the reference reports its own loop stop).
+    stopped_by: str | None = None
 
 
 class ErrorEvent(msgspec.Struct, tag_field="type", tag="error"):
@@ -92,20 +100,15 @@ def parse(form: Form, services) -> Request:
         raise invalid("timestamp_granularities[]", f"model {runtime.name} gives no word timestamps", "unsupported_value")
     if fmt in TIMED_FORMATS and not can.timestamps:
         raise invalid("response_format", f"model {runtime.name} gives no timestamps for {fmt}", "unsupported_value")
-    raw_lang = form.get("language")
-    try:
-        language = resolve_language(raw_lang, can.languages)
-    except UnknownLanguage:
-        raise invalid("language", f"language {shown(raw_lang)} is not a known ISO-639-1 code or language name") from None
-    except UnsupportedLanguage:
-        raise invalid("language", f"language {shown(raw_lang)} is not supported by model {runtime.name}",
-                      "unsupported_language") from None
+    language = _language(form.get("language"), runtime)
     limits = services.config.transcription
     temperature = number(form, "temperature", low=0.0, high=1.0)
     if temperature and not can.temperature:
         raise invalid("temperature", f"model {runtime.name} decodes greedily only: temperature must be 0",
                       "unsupported_value")
-    max_new_tokens = integer(form, "max_new_tokens", high=can.max_new_tokens)
+    # Any budget the reference servers take (Voxt asks 1024 of every model), held to what the model can produce.
+    requested_tokens = integer(form, "max_new_tokens", high=MAX_TOKEN_BUDGET)
+    max_new_tokens = min(requested_tokens, can.max_new_tokens) if requested_tokens else None
     prompt = text(form, "prompt", max_chars=limits.max_prompt_chars)
     if prompt and prompt.strip() and not can.prompt:
         raise invalid("prompt", f"model {runtime.name} takes no prompt", "unsupported_value")
@@ -134,6 +137,15 @@ def parse(form: Form, services) -> Request:
         word_timestamps="word" in grans or (diarizer is not None and can.word_timestamps),
     )
     return Request(runtime, options, fmt, stream, metadata, vad_filter, form.file, "word" in grans, diarizer)
+
+
+def _language(raw: str | None, runtime: EngineRuntime[TranscriptionEngine]) -> str | None:
+    """The language asked for, or None (detect) when the model does not know it: the reference servers detect
+    rather than refuse, and the response says which language was used."""
+    language = requested_language(raw, runtime.engine.capabilities.languages)
+    if language is None and raw is not None and raw.strip():
+        log.info("language_detected_instead", model=runtime.name, requested=shown(raw))
+    return language
 
 
 def _diarizer(form: Form, fmt: str, services) -> EngineRuntime | None:
@@ -272,16 +284,25 @@ async def _stream(request: web.Request, req: Request, audio, speech: list[tuple[
             return resp
         if len(transcript.text) > len(sent):
             await resp.write(_sse(DeltaEvent(transcript.text[len(sent) :])))
-        meta = None
+        closing = DoneEvent(transcript.text, Usage(seconds=round(transcript.duration, 3)))
         if req.metadata:
-            meta = GenerationMetadata(transcript.generated_tokens, transcript.language, transcript.finish_reason)
-        await resp.write(_sse(DoneEvent(transcript.text, Usage(seconds=round(transcript.duration, 3)), meta)))
+            closing = _with_metadata(closing, transcript, req.runtime.engine.capabilities)
+        await resp.write(_sse(closing))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
     finally:
         if not job.done():
             job.cancel()
+
+
+def _with_metadata(done: DoneEvent, transcript: Transcript, can: Capabilities) -> DoneEvent:
+    """The reference's generation metadata: its two finish reasons, the language in the model's own naming."""
+    names = can.language_names or {}
+    language = names.get(transcript.language, transcript.language) or None
+    looped = transcript.finish_reason == "loop"
+    meta = GenerationMetadata(transcript.generated_tokens, language, "stop" if looped else transcript.finish_reason)
+    return msgspec.structs.replace(done, generation_metadata=meta, stopped_by="token_loop" if looped else None)
 
 
 def _log(req: Request, audio, started: float, text: str | None) -> None:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -29,6 +29,9 @@ class Capabilities:
     # words forced as the decoder's prefix (Whisper); "redecode" decodes the whole segment again.
     streaming: Literal["forced_prefix", "redecode"]
     temperature: bool = True  # samples at a temperature (else greedy only)
+    # How the model itself names its languages (ISO code -> name), where that is what its reference server reports
+    # in generation metadata (Qwen3-ASR: "English"); None: the ISO code is reported.
+    language_names: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,12 @@ ALIASES: dict[str, str] = {name: code for code, name in LANGUAGES.items()} | {
 
 
 def language_code(value: str) -> str | None:
-    """An ISO code or an English name (any case) to the code, or None when Whisper does not know it."""
+    """An ISO code or an English name (any case) to the code, or None when Whisper does not know it. A tag with a
+    region or script (``fr-FR``, ``zh_Hans``, ``pt-BR``) means its language, as the reference servers read it."""
     key = value.strip().lower()
     if key in LANGUAGES:
         return key
-    return ALIASES.get(key)
+    if key in ALIASES:
+        return ALIASES[key]
+    primary, sep, _ = key.replace("_", "-").partition("-")
+    return language_code(primary) if sep and primary else None

@@ -9,14 +9,7 @@ from typing import Any, Literal
 from omnid.audio import SAMPLE_RATE
 from omnid.echo import shown
 from omnid.engine.interface import Capabilities as EngineCapabilities
-from omnid.runtime.catalog import (
-    ModelCatalog,
-    NotTranscription,
-    UnknownLanguage,
-    UnknownModel,
-    UnsupportedLanguage,
-    resolve_language,
-)
+from omnid.runtime.catalog import ModelCatalog, NotTranscription, UnknownModel, requested_language
 
 OPENAI_RATE = 24000
 
@@ -129,7 +122,7 @@ def _transcription(settings: Settings, spec: Any, caps: Capabilities, param: str
         out = replace(out, language=_str(t["language"], f"{param}.language"))
     if "prompt" in t:
         out = replace(out, prompt=_prompt(t["prompt"], f"{param}.prompt", caps, out.model))
-    return _check_language(out, caps, f"{param}.language")
+    return _check_language(out, caps)
 
 
 def _prompt(value: Any, param: str, caps: Capabilities, model: str) -> str | None:
@@ -143,17 +136,10 @@ def _prompt(value: Any, param: str, caps: Capabilities, model: str) -> str | Non
     return prompt
 
 
-def _check_language(settings: Settings, caps: Capabilities, param: str) -> Settings:
-    try:
-        engine = caps.engines.get(settings.model)
-        code = resolve_language(settings.language, engine.languages if engine else ())
-    except UnknownLanguage:
-        raise SettingsError("unsupported_session", param,
-                            f"language {shown(settings.language)} is not a known ISO-639-1 code or language name") from None
-    except UnsupportedLanguage:
-        raise SettingsError("unsupported_session", param,
-                            f"model {settings.model} cannot transcribe language {shown(settings.language)}") from None
-    return replace(settings, language=code)
+def _check_language(settings: Settings, caps: Capabilities) -> Settings:
+    """The language the session decodes in: a language the model does not know is detected, as on HTTP."""
+    engine = caps.engines.get(settings.model)
+    return replace(settings, language=requested_language(settings.language, engine.languages if engine else ()))
 
 
 def _pcm16(value: Any, param: str) -> None:
@@ -174,7 +160,7 @@ def voxt_update(settings: Settings, session: Any, caps: Capabilities) -> Setting
         out = replace(out, prompt=_prompt(s["prompt"], "session.prompt", caps, out.model))
     if "model" in s:
         out = _transcription(out, {"model": s["model"]}, caps, "session")
-    return _check_language(out, caps, "session.language")
+    return _check_language(out, caps)
 
 
 def openai_update(settings: Settings, session: Any, caps: Capabilities, audio_started: bool) -> Settings:

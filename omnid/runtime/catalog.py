@@ -1,6 +1,8 @@
 """Which model a request means, the same on every route (HTTP and realtime): a configured model id, one of its
 configured aliases, or a well-known OpenAI name (served by the default model); nothing given means the default.
-And which language: an ISO-639-1 code or an English name, in any case, that the model can transcribe."""
+And which language: an ISO-639-1 code or an English name, in any case, with or without a region (``fr-FR``). On the
+daemon's routes a language the model does not know is detected instead, as the reference servers Voxt was written
+against do (``requested_language``); the command line refuses it (``resolve_language``)."""
 
 from __future__ import annotations
 
@@ -72,3 +74,11 @@ def resolve_language(value: str | None, languages: tuple[str, ...]) -> str | Non
     if code not in languages:
         raise UnsupportedLanguage(value)
     return code
+
+
+def requested_language(value: str | None, languages: tuple[str, ...]) -> str | None:
+    """What a route decodes in: the requested language when the model transcribes it, else None (detect)."""
+    try:
+        return resolve_language(value, languages)
+    except (UnknownLanguage, UnsupportedLanguage):
+        return None

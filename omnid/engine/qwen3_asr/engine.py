@@ -109,7 +109,8 @@ class Qwen3AsrEngine:
         # Segment times are those of the long-audio chunks only, so no subtitles and no word times (refused with
         # a 400 naming the field rather than invented).
         return Capabilities(languages=self.languages, prompt=True, word_timestamps=False, timestamps=False,
-                            max_new_tokens=4096, streaming="redecode", temperature=False)
+                            max_new_tokens=4096, streaming="redecode", temperature=False,
+                            language_names=NAMES)
 
     def prompt_tokens(self, prompt: str | None) -> tuple[int, ...]:
         return tuple(self.tokenizer.encode(prompt)) if prompt and prompt.strip() else ()
@@ -274,8 +275,10 @@ class Qwen3AsrEngine:
         return gen, answer.language, answer.text
 
     def _budget(self, samples: int, opts: TranscribeOptions) -> int:
-        budget = max(self.options.min_new_tokens, math.ceil(self.options.tokens_per_second * samples / SAMPLE_RATE))
-        return min(budget, opts.max_new_tokens) if opts.max_new_tokens else budget
+        """The request's budget, as the official implementation takes it, else one that grows with the audio."""
+        if opts.max_new_tokens:
+            return opts.max_new_tokens
+        return max(self.options.min_new_tokens, math.ceil(self.options.tokens_per_second * samples / SAMPLE_RATE))
 
     def preview(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), prefix: str = "",
                 check: Check = lambda: None) -> str:
