@@ -133,7 +133,7 @@ def test_corrupt_header_and_unknown_dtype_fail_at_load(tiny_folder, tmp_path):
 def test_garbage_safetensors_fails_at_load_naming_file(tmp_path):
     folder = write_hf(tmp_path / "hf", SMALL, random_weights(SMALL))
     (folder / "model.safetensors").write_bytes(b"not a safetensors file at all")
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: cannot read tensors"):
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: corrupt or unreadable tensor file"):
         load_checkpoint(folder)
 
 

@@ -147,5 +147,5 @@ def test_safetensors_weights_load_and_are_checked(tmp_path):
     assert probabilities(model, _clip("ljspeech_LJ001-0002")).max() > 0.5
     bad = tmp_path / "vad.safetensors"
     bad.write_bytes(b"garbage")
-    with pytest.raises(CheckpointError, match="vad.safetensors: cannot read tensors"):
+    with pytest.raises(CheckpointError, match="vad.safetensors: corrupt or unreadable tensor file"):
         SileroVAD.load(bad)

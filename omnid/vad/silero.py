@@ -19,6 +19,7 @@ import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.errors import CheckpointError
+from omnid.engine.tensor_file import read_tensors
 
 WINDOW = 512  # new samples per step
 CONTEXT = 64  # samples carried over from the previous window
@@ -66,19 +67,19 @@ def default_weights() -> Path:
     return package_file(DEFAULT_FILE)
 
 
-def read_tensors(path: Path) -> dict[str, mx.array]:
+def silero_tensors(path: Path) -> dict[str, mx.array]:
     """Silero's tensors under the safetensors names, from a .safetensors file or an ONNX export."""
+    if path.suffix != ".onnx":
+        return read_tensors(path)
     try:
-        if path.suffix == ".onnx":
-            import onnx
-            from onnx import numpy_helper
+        import onnx
+        from onnx import numpy_helper
 
-            graph = onnx.load(str(path)).graph
-            found = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-            return {k: mx.array(found[v]) for k, v in ONNX_NAMES.items() if v in found}
-        return dict(mx.load(str(path)))  # type: ignore[arg-type]  # a .safetensors/.npz file loads as a dict
-    except Exception as exc:
-        raise CheckpointError(f"{path}: cannot read tensors: {exc}") from exc
+        graph = onnx.load(str(path)).graph
+        found = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    except Exception as exc:  # noqa: BLE001  (onnx raises its own and protobuf's errors for a bad file)
+        raise CheckpointError(f"{path}: corrupt or unreadable tensor file: {exc}") from exc
+    return {k: mx.array(found[v]) for k, v in ONNX_NAMES.items() if v in found}
 
 
 class SileroVAD(nn.Module):
@@ -97,7 +98,7 @@ class SileroVAD(nn.Module):
     @classmethod
     def load(cls, path: Path | None = None) -> "SileroVAD":
         path = Path(path or default_weights())
-        raw = read_tensors(path)
+        raw = silero_tensors(path)
         for name, shape in EXPECTED.items():
             if name not in raw:
                 raise CheckpointError(f"{path}: missing tensor {name}")

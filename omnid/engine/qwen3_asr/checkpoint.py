@@ -24,6 +24,7 @@ import mlx.core as mx
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
+from omnid.engine.tensor_file import read_tensors
 
 FLOAT_DTYPES = {mx.float16, mx.bfloat16, mx.float32}
 
@@ -103,12 +104,7 @@ def load_checkpoint(folder: Path) -> Checkpoint:
         raise CheckpointError(f"{folder}: no *.safetensors files (a Qwen3-ASR checkpoint keeps its weights there)")
     tensors: dict[str, tuple[mx.array, Path]] = {}
     for path in files:
-        try:
-            loaded = mx.load(str(path))
-        except Exception as exc:  # noqa: BLE001  (mlx raises plain exceptions for corrupt files)
-            raise CheckpointError(f"{path}: unreadable safetensors file ({exc})") from exc
-        assert isinstance(loaded, dict)
-        for name, value in loaded.items():
+        for name, value in read_tensors(path).items():
             tensors[name] = (value, path)
     layout = _layout(tensors, config_path)
     thinker = raw.get("thinker_config") if layout != "hf" else raw

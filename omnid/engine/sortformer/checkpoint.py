@@ -21,6 +21,7 @@ from omnid.engine.errors import CheckpointError
 from omnid.engine.pins import verify
 from omnid.engine.sortformer.features import FrontEnd, mel_filterbank, window
 from omnid.engine.sortformer.torch_zip import read_state_dict
+from omnid.engine.tensor_file import read_tensors
 
 
 @dataclass(frozen=True)
@@ -208,11 +209,7 @@ def _load_mlx(folder: Path) -> Checkpoint:
                      n_fft=get(proc, "n_fft", int), win_length=get(proc, "win_length", int),
                      hop_length=get(proc, "hop_length", int), preemph=get(proc, "preemphasis", float))
     streaming = _streaming(mods, config_path)
-    try:
-        raw = mx.load(str(weights_path))
-    except Exception as exc:  # noqa: BLE001  (any reader error is a bad checkpoint)
-        raise CheckpointError(f"{weights_path}: cannot read tensors: {exc}") from exc
-    weights = {k: v.astype(mx.float32) for k, v in raw.items()}  # type: ignore[union-attr]
+    weights = {k: v.astype(mx.float32) for k, v in read_tensors(weights_path).items()}
     _check_front(front, dims, config_path)
     check_tensors(weights, dims, weights_path)
     return Checkpoint(folder, "mlx", front, dims, streaming, weights, [config_path, weights_path])

@@ -108,7 +108,7 @@ def read_state_dict(source: Path | IO[bytes], name: str = "") -> dict[str, np.nd
     except CheckpointError:
         raise
     except (pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, TypeError, AttributeError) as exc:
-        raise CheckpointError(f"{label}: cannot read tensors: {exc}") from exc
+        raise CheckpointError(f"{label}: corrupt or unreadable tensor file: {exc}") from exc
     if not isinstance(state, dict) or not all(isinstance(v, np.ndarray) for v in state.values()):
         raise CheckpointError(f"{label}: expected a state dict of tensors")
     return {str(k): v for k, v in state.items()}

@@ -21,6 +21,7 @@ import numpy as np
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
+from omnid.engine.tensor_file import read_tensors
 from omnid.engine.whisper.ct2 import read_model_bin
 from omnid.engine.whisper.model import ModelDims, sinusoids
 
@@ -253,13 +254,6 @@ def _ct2_map(name: str, arr: np.ndarray, source: Path) -> list[tuple[str, np.nda
 # --- mlx-community ------------------------------------------------------------------------------------------
 
 
-def _load_arrays(path: Path) -> dict[str, mx.array]:
-    try:
-        return dict(mx.load(str(path)))  # type: ignore[arg-type]  # a .safetensors/.npz file loads as a dict
-    except Exception as exc:  # MLX raises plain RuntimeError/ValueError for corrupt files
-        raise CheckpointError(f"{path}: cannot read tensors: {exc}") from exc
-
-
 def _load_mlx(folder: Path) -> Checkpoint:
     config_path = folder / "config.json"
     cfg = read_json_object(config_path)
@@ -269,7 +263,7 @@ def _load_mlx(folder: Path) -> Checkpoint:
     path = folder / "weights.safetensors"
     if not path.exists():
         path = folder / "weights.npz"
-    raw = _load_arrays(path)
+    raw = read_tensors(path)
     weights = {k: _float32(k, v, path) for k, v in raw.items()}
     weights.setdefault("encoder.positional_embedding", sinusoids(dims.n_audio_ctx, dims.n_audio_state))
     return Checkpoint(folder, "mlx", dims, weights, (config_path, path), alignment_heads=_heads(cfg))
@@ -332,7 +326,7 @@ def _load_transformers(folder: Path) -> Checkpoint:
         n_text_layer=_config_int(cfg, "decoder_layers", config_path),
     )
     weights: dict[str, mx.array] = {}
-    for name, arr in _load_arrays(path).items():
+    for name, arr in read_tensors(path).items():
         canon = hf_to_canonical(name)
         if canon.endswith((".conv1.weight", ".conv2.weight")):
             arr = arr.transpose(0, 2, 1)  # torch (out, in, k) -> MLX (out, k, in)
