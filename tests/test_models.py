@@ -179,6 +179,9 @@ async def test_every_model_name_and_language_spelling_means_the_same_on_http_and
             assert await http_language(http, server.url, {"language": spelling}) == "english", spelling
             accepted, language = await socket_language(ws, {"language": spelling})
             assert accepted and language == ("en" if spelling in ENGLISH else None), (spelling, language)
+        # Longer than any language tag or name: refused on both, not detected.
+        assert await http_language(http, server.url, {"language": "x" * 65}) is None
+        assert await socket_language(ws, {"language": "x" * 65}) == (False, None)
 
 
 async def test_what_a_model_cannot_do_is_refused_naming_the_field():

@@ -99,6 +99,7 @@ BAD = [
     ({"temperature": "-0.5"}, ("a.wav", None), "temperature"),
     ({"temperature": "inf"}, ("a.wav", None), "temperature"),
     ({"temperature": "warm"}, ("a.wav", None), "temperature"),
+    ({"language": "x" * 65}, ("a.wav", None), "language"),  # no language: detection is for names and tags
     ({"timestamp_granularities[]": "segment"}, ("a.wav", None), "timestamp_granularities[]"),
     ({"timestamp_granularities[]": "phoneme", "response_format": "verbose_json"}, ("a.wav", None), "timestamp_granularities[]"),
     ({"max_new_tokens": "-1"}, ("a.wav", None), "max_new_tokens"),

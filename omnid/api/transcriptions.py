@@ -23,7 +23,7 @@ from omnid.formats import CONTENT_TYPES, FORMATS, SPEAKER_FORMATS, render
 from omnid.logging import content
 from omnid.realtime.protocol.server_events import ErrorDetail, Usage  # one shape on every route
 from omnid.runtime import transcription
-from omnid.runtime.catalog import NotTranscription, UnknownModel, requested_language
+from omnid.runtime.catalog import MAX_LANGUAGE_CHARS, NotTranscription, UnknownModel, requested_language
 from omnid.runtime.errors import JobCancelledError
 from omnid.runtime.models import transcribe_options
 from omnid.runtime.scheduler import EngineRuntime, Priority
@@ -100,7 +100,7 @@ def parse(form: Form, services) -> Request:
         raise invalid("timestamp_granularities[]", f"model {runtime.name} gives no word timestamps", "unsupported_value")
     if fmt in TIMED_FORMATS and not can.timestamps:
         raise invalid("response_format", f"model {runtime.name} gives no timestamps for {fmt}", "unsupported_value")
-    language = _language(form.get("language"), runtime)
+    language = _language(text(form, "language", max_chars=MAX_LANGUAGE_CHARS), runtime)
     limits = services.config.transcription
     temperature = number(form, "temperature", low=0.0, high=1.0)
     if temperature and not can.temperature:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from omnid.audio import SAMPLE_RATE
 from omnid.echo import shown
 from omnid.engine.interface import Capabilities as EngineCapabilities
-from omnid.runtime.catalog import ModelCatalog, NotTranscription, UnknownModel, requested_language
+from omnid.runtime.catalog import MAX_LANGUAGE_CHARS, ModelCatalog, NotTranscription, UnknownModel, requested_language
 
 OPENAI_RATE = 24000
 
@@ -119,7 +119,7 @@ def _transcription(settings: Settings, spec: Any, caps: Capabilities, param: str
             raise SettingsError("unsupported_session", f"{param}.model", f"model {model} is still loading")
     out = replace(settings, model=model)
     if "language" in t:
-        out = replace(out, language=_str(t["language"], f"{param}.language"))
+        out = replace(out, language=_language(t["language"], f"{param}.language"))
     if "prompt" in t:
         out = replace(out, prompt=_prompt(t["prompt"], f"{param}.prompt", caps, out.model))
     return _check_language(out, caps)
@@ -134,6 +134,14 @@ def _prompt(value: Any, param: str, caps: Capabilities, model: str) -> str | Non
         raise SettingsError("unsupported_session", param,
                             f"{param} is {len(prompt)} characters long; at most {caps.max_prompt_chars} are accepted")
     return prompt
+
+
+def _language(value: Any, param: str) -> str | None:
+    language = _str(value, param)
+    if language is not None and len(language) > MAX_LANGUAGE_CHARS:
+        raise SettingsError("unsupported_session", param,
+                            f"{param} is {len(language)} characters long; at most {MAX_LANGUAGE_CHARS} are accepted")
+    return language
 
 
 def _check_language(settings: Settings, caps: Capabilities) -> Settings:
@@ -155,7 +163,7 @@ def voxt_update(settings: Settings, session: Any, caps: Capabilities) -> Setting
     if "turn_detection" in s:
         out = replace(out, turns=turn_detection(s["turn_detection"], settings.turns))
     if "language" in s:
-        out = replace(out, language=_str(s["language"], "session.language"))
+        out = replace(out, language=_language(s["language"], "session.language"))
     if "prompt" in s:
         out = replace(out, prompt=_prompt(s["prompt"], "session.prompt", caps, out.model))
     if "model" in s:

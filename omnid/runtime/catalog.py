@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from omnid.config import Config
 from omnid.engine.languages import language_code
 
+# A language tag or name is a few characters (BCP 47 tags rarely pass 35); a longer value is refused, not detected.
+MAX_LANGUAGE_CHARS = 64
 # What OpenAI clients ask for; omnid serves them with the default transcription model.
 OPENAI_NAMES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 
