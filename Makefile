@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Each sets up what is missing first (scripts/setup.sh).
 SAMPLE ?= ../shared/corpus/audio/en/jfk_inaugural_excerpt.wav
 
-.PHONY: setup serve transcribe lint test bench
+.PHONY: setup serve transcribe lint test bench lock
 
 setup:
 	@scripts/setup.sh
@@ -22,3 +22,7 @@ test: lint
 
 bench: setup
 	.venv/bin/python bench/transcribe_speed.py
+
+# Refresh lock/ from pyproject.toml's ranges (the newest versions today, every platform); review and commit it.
+lock: setup
+	scripts/lock.sh

@@ -19,12 +19,15 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
-  echo "setup: installing omnid and its dependencies into .venv (log: $log)"
-  .venv/bin/python -m pip install -q --upgrade pip >>"$log" 2>&1
-  .venv/bin/python -m pip install -q -e '.[test]' >>"$log" 2>&1 || { tail -30 "$log"; exit 1; }
-  # The Sortformer feed-mode reference for the tests: mlx-audio's module alone, without its dependencies (they
-  # would pull in transformers and torch audio stacks it does not need for this).
-  .venv/bin/python -m pip install -q --no-deps 'mlx-audio==0.6.2' >>"$log" 2>&1 || { tail -30 "$log"; exit 1; }
+# Exactly the locked versions (lock/, refreshed by `make lock`), each checked against its hash, installed without
+# resolving anything: the set CI tested, whatever the registry holds today. omnid itself is built by the locked
+# hatchling, without build isolation, so that no build tool is resolved either.
+if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ] || [ lock/requirements.txt -nt .venv/.installed ] \
+   || [ lock/no-deps.txt -nt .venv/.installed ]; then
+  echo "setup: installing omnid and its locked dependencies into .venv (log: $log)"
+  for lockfile in lock/requirements.txt lock/no-deps.txt; do
+    .venv/bin/python -m pip install -q --require-hashes --no-deps -r "$lockfile" >>"$log" 2>&1 || { tail -30 "$log"; exit 1; }
+  done
+  .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e . >>"$log" 2>&1 || { tail -30 "$log"; exit 1; }
   touch .venv/.installed
 fi
