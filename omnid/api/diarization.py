@@ -17,6 +17,7 @@ from aiohttp import WSMsgType, web
 from omnid.api.errors import ApiError, invalid, require_loaded, shutting_down
 from omnid.api.fallback import require_websocket_upgrade
 from omnid.api.forms import FormLimits, flag, number, read_form, text
+from omnid.api.websocket import CappedWebSocket
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.engine.sortformer.engine import PRESETS, SAMPLES_PER_FRAME, SortformerEngine
 from omnid.engine.sortformer.segments import FRAME_SECONDS, turns
@@ -150,7 +151,7 @@ def max_feed_samples(engine: SortformerEngine) -> int:
 
 def feed_error(data: bytes | str, cap: int) -> str | None:
     """The reference's error texts for a malformed feed; None when the feed is good."""
-    if isinstance(data, str) or len(data) > cap * 4:
+    if isinstance(data, str):  # a message over cap * 4 bytes never gets here: the socket refuses it with this text
         return f"A feed is a binary message of at most {cap} samples."
     if len(data) % 4 or len(data) < 8:
         return f"A feed is 2 to {cap} float32 little-endian samples."
@@ -169,8 +170,11 @@ async def stream_route(request: web.Request, services) -> web.StreamResponse:
         raise ApiError(503, f"the server already has {config.max_streams} diarization streams open",
                        code="too_many_streams", type="server_error", headers={"Retry-After": "1"})
     cap = max_feed_samples(runtime.engine)
-    # aiohttp refuses (1009) a message past its own cap while reading it; ours, a little lower, gets the text.
-    ws = web.WebSocketResponse(max_msg_size=cap * 4 + 65536, autoping=True, heartbeat=30)
+
+    async def too_large() -> None:
+        await ws.send_json({"error": feed_error("", cap)})
+
+    ws = CappedWebSocket(cap * 4, too_large, autoping=True, heartbeat=30)
     await ws.prepare(request)
     streams.add(ws)
     state = runtime.engine.new_stream()

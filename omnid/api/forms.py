@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
@@ -79,6 +80,9 @@ async def read_body(request: web.Request, max_bytes: int) -> bytes:
             body.extend(chunk)
     except HttpProcessingError as exc:  # a broken chunked encoding, a body shorter than its Content-Length
         raise invalid("file", f"malformed request body: {shown(exc.message)}", "invalid_multipart") from None
+    except RequestPayloadError:  # a body that does not decompress as its Content-Encoding says
+        encoding = shown(request.headers.get("Content-Encoding", ""))
+        raise invalid("file", f"malformed request body: it is not valid {encoding} data", "invalid_multipart") from None
     return bytes(body)
 
 

@@ -14,6 +14,7 @@ from aiohttp import WSMsgType, web
 
 from omnid.api.errors import invalid, require_loaded, require_ready
 from omnid.api.fallback import require_websocket_upgrade
+from omnid.api.websocket import CappedWebSocket
 from omnid.realtime import settings as st
 from omnid.realtime.buffer import InvalidAudio, decode_pcm16
 from omnid.realtime.events import DomainEvent
@@ -131,9 +132,8 @@ class Connection:
         self.out.send(ev.error(code, message, type=kind, param=param, event_id=event_id))
 
     async def frame(self, data: str) -> None:
-        """One text frame. Raises SessionError for the terminal errors."""
-        if len(data) > self.config.max_frame_bytes:
-            raise SessionError("frame_too_large", f"frame of {len(data)} bytes is over the {self.config.max_frame_bytes} byte cap")
+        """One text frame (at most realtime.max_frame_bytes: the socket refuses more). Raises SessionError for the
+        terminal errors."""
         parsed = ce.parse_frame(data)
         if isinstance(parsed, ce.FrameError):
             if parsed.terminal:
@@ -217,14 +217,22 @@ async def handle(request: web.Request, services: Services) -> web.StreamResponse
     require_websocket_upgrade(request)
     require_ready(services)
     require_loaded(services.transcribers[services.catalog.default])  # a session starts on the default model
-    # aiohttp's own cap is a backstop well above ours, so an over-cap frame still gets the spec's error.
-    ws = web.WebSocketResponse(max_msg_size=2 * config.max_frame_bytes + 65536, autoping=True, heartbeat=30)
+    conn: Connection | None = None
+
+    async def too_large() -> None:
+        """A frame over realtime.max_frame_bytes (bytes on the wire): the spec's error, then the close."""
+        if conn is not None:
+            conn.error("frame_too_large", f"a frame is over the {config.max_frame_bytes} byte cap")
+            log.info("realtime_session_refused", code="frame_too_large", session=conn.session_id)
+            await conn.out.close()
+
+    ws = CappedWebSocket(config.max_frame_bytes, too_large, autoping=True, heartbeat=30)
     await ws.prepare(request)
     registry = request.app[REGISTRY]
     if len(registry) >= config.max_sessions:
-        conn = Connection(ws, services, None)
-        conn.error("too_many_sessions", f"the server already has {config.max_sessions} realtime sessions")
-        await conn.close()
+        refused = Connection(ws, services, None)
+        refused.error("too_many_sessions", f"the server already has {config.max_sessions} realtime sessions")
+        await refused.close()
         await ws.close()
         return ws
     conn = Connection(ws, services, dialect)
@@ -248,7 +256,7 @@ async def shut_down(registry: set[Connection], grace_s: float) -> None:
         log.info("realtime_sessions_shut_down", sessions=len(sessions), in_time=len(done))
 
 
-async def _serve(ws: web.WebSocketResponse, conn: Connection) -> None:
+async def _serve(ws: CappedWebSocket, conn: Connection) -> None:
     async for msg in ws:
         if conn.shutting_down:
             continue  # shut_down owns the session now; read on until it closes the socket
@@ -258,7 +266,9 @@ async def _serve(ws: web.WebSocketResponse, conn: Connection) -> None:
             elif msg.type == WSMsgType.BINARY:
                 conn.error("invalid_json", "frames must be text: one JSON object each")
             elif msg.type == WSMsgType.ERROR:
-                raise SessionError("frame_too_large", f"unreadable frame: {ws.exception()}")
+                if ws.refused_too_large:
+                    return  # its error went out before the close
+                raise SessionError("invalid_frame", f"unreadable frame: {ws.exception()}")
         except SessionError as exc:
             conn.error(exc.code, exc.message)
             log.info("realtime_session_refused", code=exc.code, session=conn.session_id)

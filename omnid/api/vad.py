@@ -10,6 +10,7 @@ from aiohttp import WSMsgType, web
 from omnid.api.errors import invalid, require_ready
 from omnid.api.fallback import require_websocket_upgrade
 from omnid.api.forms import FormLimits, integer, number, read_form
+from omnid.api.websocket import CappedWebSocket
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.runtime import transcription
 from omnid.runtime.errors import QueueFullError
@@ -61,8 +62,11 @@ def _or(value, default):
 async def stream_route(request: web.Request, services) -> web.WebSocketResponse:
     require_websocket_upgrade(request)
     max_samples = int(services.config.vad.max_frame_seconds * SAMPLE_RATE)
-    # A little above the largest legal frame, so an over-long frame gets our error rather than a bare close.
-    ws = web.WebSocketResponse(max_msg_size=max_samples * 4 + (1 << 20), heartbeat=30)
+
+    async def too_long() -> None:
+        await ws.send_json({"error": f"a frame is longer than {max_samples / SAMPLE_RATE:g} s ({max_samples * 4} bytes)"})
+
+    ws = CappedWebSocket(max_samples * 4, too_long, heartbeat=30)
     await ws.prepare(request)
     if services.draining or services.vad is None or not services.vad.loaded:
         await _fail(ws, "models are still loading")
@@ -70,7 +74,7 @@ async def stream_route(request: web.Request, services) -> web.WebSocketResponse:
     stream = VadStream()
     async for msg in ws:
         if msg.type == WSMsgType.BINARY:
-            error = _check_frame(msg.data, max_samples)
+            error = _check_frame(msg.data)
             if error:
                 await _fail(ws, error)
                 break
@@ -89,11 +93,9 @@ async def stream_route(request: web.Request, services) -> web.WebSocketResponse:
     return ws
 
 
-def _check_frame(data: bytes, max_samples: int) -> str | None:
+def _check_frame(data: bytes) -> str | None:
     if len(data) % 4:
         return f"frame of {len(data)} bytes is not whole float32 samples (byte count must be divisible by 4)"
-    if len(data) // 4 > max_samples:
-        return f"frame of {len(data) // 4} samples is longer than {max_samples / SAMPLE_RATE:g} s"
     if not np.all(np.isfinite(np.frombuffer(data, dtype="<f4"))):
         return "frame contains a non-finite sample (NaN or infinity)"
     return None
