@@ -207,3 +207,41 @@ def test_without_a_diarization_model_the_routes_say_so(server):
     status, body = post_file(server.url, two_voices(1.0))
     assert status == 404 and body["error"]["code"] == "no_diarization_model"
 
+
+
+@pytest.mark.parametrize("extreme", [1e30, 3.4e38])
+def test_finite_but_extreme_samples_never_poison_a_stream(daemon, engine, extreme):
+    """A feed of finite but extreme samples is computed safely (finite probabilities), and the stream goes on to
+    answer the next, normal feeds exactly as the engine does after the same feeds."""
+    loud = np.full(16000, extreme, np.float32)
+    loud[::2] *= -1
+    speech = two_voices(3.0)
+    feeds = [loud, speech, speech]
+
+    async def go():
+        async with websockets.connect(f"{daemon.ws_url}/v1/diarization/stream") as ws:
+            out = []
+            for feed in feeds:
+                await ws.send(feed.tobytes())
+                out.append(json.loads(await ws.recv()))
+            return out
+
+    replies = asyncio.run(go())
+    state = engine.new_stream()
+    for feed, reply in zip(feeds, replies):
+        probs = np.array(reply["probabilities"], dtype=np.float64)  # a NaN would have come as null
+        assert np.isfinite(probs).all(), reply
+        assert np.abs(probs - engine.feed(state, feed, 188, 188)).max() <= 1e-5
+    assert np.isfinite(state.spkcache).all() and np.isfinite(state.fifo).all()
+
+
+def test_a_feed_the_model_cannot_compute_leaves_the_stream_as_it_was(engine, monkeypatch):
+    """Should the model's output ever be non-finite, the feed is refused before the state takes any of it."""
+    state = engine.new_stream()
+    engine.feed(state, two_voices(2.0), 188, 188)
+    before = (state.spkcache.copy(), state.fifo.copy(), state.frames_processed)
+    monkeypatch.setattr(engine, "_forward", lambda x: np.full((len(x), 4), np.nan, np.float32))
+    with pytest.raises(FloatingPointError):
+        engine.feed(state, two_voices(2.0), 188, 188)
+    assert np.array_equal(state.spkcache, before[0]) and np.array_equal(state.fifo, before[1])
+    assert state.frames_processed == before[2]

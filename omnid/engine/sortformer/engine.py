@@ -141,6 +141,8 @@ class SortformerEngine:
         lc = min(self.streaming.chunk_left_context, len(state.fifo))
         left = state.fifo[len(state.fifo) - lc :] if lc else state.fifo[:0]
         preds = self._forward(np.concatenate([state.spkcache, state.fifo, left, chunk]))
+        if not (np.isfinite(chunk).all() and np.isfinite(preds).all()):  # before the state takes any of it
+            raise FloatingPointError("the model's output for this feed is not finite; the stream is unchanged")
         out = feed_update(state, chunk, preds, lc)
         feed_compress(state, self.streaming, spkcache_max, fifo_max)
         return out

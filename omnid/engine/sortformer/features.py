@@ -1,6 +1,6 @@
 """NeMo's front end for Sortformer v2/v2.1 (``FilterbankFeatures``), in numpy: pre-emphasis 0.97, a symmetric
 Hann window of 400 samples centred in 512, 256 zeros of centre padding each side (not reflect), power spectrum,
-Slaney mel filters, ``log(mel + 2^-24)``; no normalisation, no dither, no gain.
+Slaney mel filters, ``log(mel + 2^-24)``; no normalisation, no dither, no gain; samples past +-1e6 clipped.
 
 Two frame rules, both kept (they are two modes, not a bug to fix): NeMo's model uses ``n // 160`` frames (the STFT's
 last frame is masked away); the reference server's per-feed front end keeps all ``1 + n // 160``.
@@ -16,6 +16,10 @@ import numpy as np
 from omnid.engine.logmel import slaney_filterbank
 
 LOG_GUARD = 2.0**-24
+# Samples are held within +-MAX_SAMPLE before the front end: finite but extreme samples (1e30, float32's 3.4e38)
+# overflow its float32 power spectrum to infinity, and a stream's state would turn NaN for good. Real audio never
+# comes near (full scale is 1; int16-scaled floats reach 32768), so every result on real audio is unchanged.
+MAX_SAMPLE = 1.0e6
 # STFT frames per block: bounds the temporaries (frames x n_fft floats) whatever the audio's length.
 BLOCK_FRAMES = 4096
 
@@ -53,6 +57,8 @@ def log_mel(audio: np.ndarray, front: FrontEnd, keep_last: bool = False) -> np.n
     reference server's feed mode); else ``n // hop`` (NeMo's model)."""
     x = np.asarray(audio, np.float32)
     n = len(x)
+    if n and float(np.abs(x).max()) > MAX_SAMPLE:
+        x = np.clip(x, -MAX_SAMPLE, MAX_SAMPLE)
     if n:
         x = np.concatenate([x[:1], x[1:] - np.float32(front.preemph) * x[:-1]])
     half = front.n_fft // 2
