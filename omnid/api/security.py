@@ -15,6 +15,7 @@ from omnid.echo import shown
 
 LOOPBACK_NAMES = {"localhost", "localhost.", "127.0.0.1", "::1"}
 OPEN_PATHS = {"/health"}  # a supervisor's liveness check needs no key
+KEY_PARAMETER = "api_key"  # the key in the query string, for browsers (which cannot set a WebSocket's headers)
 
 
 def host_name(host: str) -> str:
@@ -38,7 +39,7 @@ def bearer(request: web.Request) -> str | None:
     auth = request.headers.get("Authorization", "")
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip()
-    return request.query.get("api_key")
+    return request.query.get(KEY_PARAMETER)
 
 
 def _raw(value: str) -> bytes:
