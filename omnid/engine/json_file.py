@@ -16,6 +16,8 @@ def read_json_object(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: missing") from exc
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{path}: not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # arrays or objects nested too deeply for the parser
+        raise CheckpointError(f"{path}: not valid JSON: nested too deeply") from exc
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
     return data

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -13,6 +15,7 @@ from omnid.config import (
     load_pins,
     model_folder,
 )
+from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import TranscriptionEngine
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
 from omnid.engine.sortformer.engine import SortformerEngine
@@ -20,19 +23,38 @@ from omnid.engine.whisper.decoding import DecodeOptions
 from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
 from omnid.runtime.scheduler import EngineRuntime
 
+E = TypeVar("E")
+
+
+def named(source: Path, build: Callable[[], E]) -> Callable[[], E]:
+    """The same clear error, naming the checkpoint, for every way its load can fail: a MemoryError or a
+    RecursionError out of a hostile file names nothing by itself (a loader names the file and tensor it can)."""
+
+    def load() -> E:
+        try:
+            return build()
+        except CheckpointError:
+            raise
+        except MemoryError as exc:
+            raise CheckpointError(f"{source}: cannot load: it claims more memory than there is") from exc
+        except RecursionError as exc:
+            raise CheckpointError(f"{source}: cannot load: a file in it is nested too deeply") from exc
+
+    return load
+
 
 def whisper_engine(model: ModelConfig) -> Callable[[], TranscriptionEngine]:
     """Loads on the runtime's own thread: the folder and pins are resolved now, the weights there."""
     folder = model_folder(model)
     pins = load_pins().get(model.id, {})
-    return lambda: WhisperEngine(model.id, folder, pins)
+    return named(folder, lambda: WhisperEngine(model.id, folder, pins))
 
 
 def qwen3_asr_engine(model: ModelConfig, config: Config) -> Callable[[], TranscriptionEngine]:
     folder = model_folder(model)
     pins = load_pins().get(model.id, {})
     options = QwenOptions(**msgspec.structs.asdict(config.qwen3_asr))
-    return lambda: Qwen3AsrEngine(model.id, folder, pins, options)
+    return named(folder, lambda: Qwen3AsrEngine(model.id, folder, pins, options))
 
 
 # How each kind of model in the configuration becomes an engine.
@@ -46,7 +68,7 @@ def diarizer_runtime(model: ModelConfig, config: Config) -> EngineRuntime[Sortfo
     """A diarization model's runtime: socket feeds (FINAL priority, they are live) and files share its queue."""
     folder = model_folder(model)
     pins = load_pins().get(model.id, {})
-    return EngineRuntime(model.id, lambda: SortformerEngine(model.id, folder, pins), config.diarization.max_queue,
+    return EngineRuntime(model.id, named(folder, lambda: SortformerEngine(model.id, folder, pins)), config.diarization.max_queue,
                          final_reserve=config.diarization.max_streams,
                          idle_clear_s=config.engine.idle_clear_s)
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import tarfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -295,9 +297,49 @@ def _mlx_layout(name: str, t: np.ndarray) -> np.ndarray:
 
 
 def _load_nemo(path: Path) -> Checkpoint:
-    config, state = _read_nemo(path)
-    source = Path(f"{path}:model_config.yaml")
-    cfg = resolve_interpolations(config)
+    """The config first; then the weights, no larger than the model it describes (checked before they are read)."""
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            members = _members(tar, path)
+            try:
+                cfg = resolve_interpolations(_read_yaml(tar, members["model_config.yaml"], path))
+            except CheckpointError as exc:
+                raise CheckpointError(str(exc) if str(exc).startswith(str(path)) else f"{path}:{exc}") from exc
+            dims, front, streaming = _nemo_model(cfg, Path(f"{path}:model_config.yaml"))
+            weights_member = members["model_weights.ckpt"]
+            limit = _weights_bytes(dims)
+            if weights_member.size > limit:
+                raise CheckpointError(f"{path}:model_weights.ckpt is {weights_member.size} bytes; the model its config "
+                                      f"describes needs at most {limit}")
+            weights_file = tar.extractfile(weights_member)
+            assert weights_file is not None
+            state = read_state_dict(io.BytesIO(weights_file.read()), f"{path}:model_weights.ckpt", max_bytes=limit)
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise CheckpointError(f"{path}: cannot read: {exc}") from exc
+    weights: dict[str, Any] = {}
+    buffers = {}
+    for name, t in state.items():
+        if name.endswith("num_batches_tracked"):
+            continue
+        if name.startswith("preprocessor."):
+            buffers[name] = t
+            continue
+        weights[nemo_name(name)] = _mlx_layout(name, t.astype(np.float32))
+    _check_buffers(buffers, front, path)
+    check_tensors(weights, dims, path)
+    if EMBED_POSITIONS in weights:
+        raise CheckpointError(f"{path}: a .nemo holds no {EMBED_POSITIONS}")
+    return Checkpoint(path, "nemo", front, dims, streaming, weights, [path])
+
+
+def _weights_bytes(d: Dims) -> int:
+    """The most bytes a state dict of this model may hold: its tensors in float64 (the widest a torch storage
+    stores them), the front end's buffers, and a megabyte for the pickle and zip records."""
+    elements = sum(math.prod(shape) for shape in expected_shapes(d).values())
+    return 8 * elements + 8 * (1 + d.n_mels) * 1024 + (1 << 20)
+
+
+def _nemo_model(cfg: dict, source: Path) -> tuple[Dims, FrontEnd, Streaming]:
     pre = _section(cfg, "preprocessor", source)
     enc = _section(cfg, "encoder", source)
     tfe = _section(cfg, "transformer_encoder", source)
@@ -331,40 +373,48 @@ def _load_nemo(path: Path) -> Checkpoint:
         raise CheckpointError(f"{source}: unsupported preprocessor window or log guard")
     streaming = _streaming(mods, source)
     _check_front(front, dims, source)
-    weights: dict[str, Any] = {}
-    buffers = {}
-    for name, t in state.items():
-        if name.endswith("num_batches_tracked"):
-            continue
-        if name.startswith("preprocessor."):
-            buffers[name] = t
-            continue
-        weights[nemo_name(name)] = _mlx_layout(name, t.astype(np.float32))
-    _check_buffers(buffers, front, path)
-    check_tensors(weights, dims, path)
-    if EMBED_POSITIONS in weights:
-        raise CheckpointError(f"{path}: a .nemo holds no {EMBED_POSITIONS}")
-    return Checkpoint(path, "nemo", front, dims, streaming, weights, [path])
+    return dims, front, streaming
 
 
-def _read_nemo(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
+# A .nemo holds a config, the weights and perhaps a few artifacts; a config is a few kilobytes.
+MAX_MEMBERS = 256
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarInfo]:
+    members: dict[str, tarfile.TarInfo] = {}
+    for count, member in enumerate(tar, 1):
+        if count > MAX_MEMBERS:
+            raise CheckpointError(f"{path}: more than {MAX_MEMBERS} members: not a .nemo checkpoint")
+        if member.isfile():
+            members[member.name.rsplit("/", 1)[-1]] = member
+    if "model_config.yaml" not in members or "model_weights.ckpt" not in members:
+        raise CheckpointError(f"{path}: a .nemo must hold model_config.yaml and model_weights.ckpt")
+    return members
+
+
+def _read_yaml(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> dict:
+    """model_config.yaml as plain data: small, and without YAML aliases (a few lines of them expand to billions
+    of nodes; NeMo never writes one)."""
     import yaml
 
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                raise CheckpointError(f"{path}:model_config.yaml: YAML aliases are not accepted")
+            return super().compose_node(parent, index)
+
+    if member.size > MAX_CONFIG_BYTES:
+        raise CheckpointError(f"{path}:model_config.yaml is {member.size} bytes; a config is at most {MAX_CONFIG_BYTES}")
+    file = tar.extractfile(member)
+    assert file is not None
     try:
-        with tarfile.open(path, "r:*") as tar:
-            members = {m.name.rsplit("/", 1)[-1]: m for m in tar.getmembers() if m.isfile()}
-            if "model_config.yaml" not in members or "model_weights.ckpt" not in members:
-                raise CheckpointError(f"{path}: a .nemo must hold model_config.yaml and model_weights.ckpt")
-            config_file = tar.extractfile(members["model_config.yaml"])
-            weights_file = tar.extractfile(members["model_weights.ckpt"])
-            assert config_file is not None and weights_file is not None
-            config = yaml.safe_load(config_file.read())
-            state = read_state_dict(io.BytesIO(weights_file.read()), f"{path}:model_weights.ckpt")
-    except (tarfile.TarError, OSError, yaml.YAMLError) as exc:
-        raise CheckpointError(f"{path}: cannot read: {exc}") from exc
+        config = yaml.load(file.read(), Loader=NoAliases)  # noqa: S506  (a SafeLoader: plain data only)
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+        raise CheckpointError(f"{path}:model_config.yaml: cannot read: {type(exc).__name__}: {exc}") from exc
     if not isinstance(config, dict):
-        raise CheckpointError(f"{path}: model_config.yaml is not a mapping")
-    return config, state
+        raise CheckpointError(f"{path}:model_config.yaml is not a mapping")
+    return config
 
 
 def _check_buffers(buffers: dict[str, np.ndarray], front: FrontEnd, path: Path) -> None:
@@ -387,11 +437,22 @@ def _check_buffers(buffers: dict[str, np.ndarray], front: FrontEnd, path: Path) 
 _INTERPOLATION = re.compile(r"\$\{([^}]+)\}")
 
 
+# Resolving references may not grow a config past these: a kilobyte of ``${}`` references to references otherwise
+# expands to gigabytes.
+MAX_LOOKUPS = 10_000
+MAX_STRING_CHARS = 65_536
+
+
 def resolve_interpolations(config: dict) -> dict:
     """OmegaConf's ``${a.b}`` references resolved against the file's root (``model.`` may name the root itself,
-    as in a model config saved inside a .nemo)."""
+    as in a model config saved inside a .nemo), within MAX_LOOKUPS references and MAX_STRING_CHARS a string."""
+    lookups = 0
 
     def lookup(ref: str, depth: int) -> Any:
+        nonlocal lookups
+        lookups += 1
+        if lookups > MAX_LOOKUPS:
+            raise CheckpointError(f"model_config.yaml: more than {MAX_LOOKUPS} ${{}} references to resolve")
         node: Any = config
         parts = ref.split(".")
         if parts[0] == "model" and "model" not in config:
@@ -413,8 +474,14 @@ def resolve_interpolations(config: dict) -> dict:
             whole = _INTERPOLATION.fullmatch(node)
             if whole:
                 return lookup(whole.group(1), depth)
-            return _INTERPOLATION.sub(lambda m: str(lookup(m.group(1), depth)), node)
+            out = _INTERPOLATION.sub(lambda m: _bounded(str(lookup(m.group(1), depth))), node)
+            return _bounded(out)
         return node
+
+    def _bounded(text: str) -> str:
+        if len(text) > MAX_STRING_CHARS:
+            raise CheckpointError(f"model_config.yaml: a resolved ${{}} reference is over {MAX_STRING_CHARS} characters")
+        return text
 
     return resolve(config)
 

@@ -8,9 +8,11 @@ would run code) is refused, so a hostile checkpoint cannot execute anything at l
 
 from __future__ import annotations
 
+import math
 import pickle
 import zipfile
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,6 +35,12 @@ STORAGE_DTYPES = {
 }
 
 
+# Bounds when the caller gives none: far above any speech model's state dict, far below what a lie would cost.
+MAX_BYTES = 8 << 30
+# A state dict's pickle names its tensors and their shapes: kilobytes, not megabytes.
+MAX_PICKLE_BYTES = 16 << 20
+
+
 class _StorageType:
     def __init__(self, name: str):
         self.name = name
@@ -46,27 +54,53 @@ class _Storage:
         self.data = data
 
 
+@dataclass(frozen=True)
+class _Tensor:
+    """A tensor as the pickle describes it, built only once its name is known and its claims are checked."""
+
+    storage: _Storage
+    offset: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
 def _rebuild_tensor_v2(storage: _Storage, offset: int, size: tuple[int, ...], stride: tuple[int, ...],
-                       requires_grad: bool = False, hooks: Any = None, metadata: Any = None) -> np.ndarray:
-    itemsize = storage.data.itemsize
-    if any(s < 0 for s in size) or any(s < 0 for s in stride):
-        raise pickle.UnpicklingError("negative tensor size or stride")
-    span = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
-    if offset < 0 or offset + span > storage.data.size:
-        raise pickle.UnpicklingError("tensor reaches past its storage")
-    view = np.lib.stride_tricks.as_strided(storage.data[offset:], shape=tuple(size),
-                                           strides=tuple(s * itemsize for s in stride))
+                       requires_grad: bool = False, hooks: Any = None, metadata: Any = None) -> _Tensor:
+    if not (isinstance(storage, _Storage) and isinstance(offset, int) and isinstance(size, tuple)
+            and isinstance(stride, tuple) and len(size) == len(stride)
+            and all(isinstance(n, int) for n in size + stride)):
+        raise pickle.UnpicklingError("malformed tensor record")
+    return _Tensor(storage, offset, size, stride)
+
+
+def _build(name: str, t: _Tensor) -> np.ndarray:
+    """The tensor's own copy, after checking that it claims no more than its storage holds: a tensor's elements
+    are at most its storage's (a stride-0 tensor of 10^14 elements over one float would otherwise be allocated)."""
+    data = t.storage.data
+    if any(n < 0 for n in t.size) or any(s < 0 for s in t.stride) or t.offset < 0:
+        raise CheckpointError(f"tensor {name}: negative size, stride or offset")
+    count = math.prod(t.size)
+    if count > data.size:
+        raise CheckpointError(f"tensor {name}: claims {count} elements, its storage holds {data.size}")
+    span = 1 + sum((n - 1) * s for n, s in zip(t.size, t.stride)) if count else 0
+    if t.offset + span > data.size:
+        raise CheckpointError(f"tensor {name}: reaches past its storage")
+    view = np.lib.stride_tricks.as_strided(data[t.offset:], shape=t.size,
+                                           strides=tuple(s * data.itemsize for s in t.stride))
     out = np.array(view)  # own the memory, contiguous
-    if storage.name == "BFloat16Storage":
+    if t.storage.name == "BFloat16Storage":
         out = (out.astype(np.uint32) << 16).view(np.float32)
     return out
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: IO[bytes], archive: zipfile.ZipFile, prefix: str):
+    def __init__(self, file: IO[bytes], archive: zipfile.ZipFile, prefix: str, label: str, max_bytes: int):
         super().__init__(file)
         self.archive = archive
         self.prefix = prefix
+        self.label = label
+        self.max_bytes = max_bytes
+        self.stored = 0
         self.storages: dict[str, _Storage] = {}
 
     def find_class(self, module: str, name: str) -> Any:
@@ -84,9 +118,14 @@ class _Unpickler(pickle.Unpickler):
         kind, key = pid[1].name, str(pid[2])
         if key not in self.storages:
             try:
-                raw = self.archive.read(f"{self.prefix}data/{key}")
+                info = self.archive.getinfo(f"{self.prefix}data/{key}")
             except KeyError:
                 raise pickle.UnpicklingError(f"storage {key} is missing from the archive") from None
+            self.stored += info.file_size
+            if self.stored > self.max_bytes:
+                raise CheckpointError(f"{self.label}: its storages hold more than the {self.max_bytes} bytes the "
+                                      "model needs")
+            raw = self.archive.read(info)  # never more than the size checked: zipfile stops there
             dtype = np.dtype(STORAGE_DTYPES[kind]).newbyteorder("<")
             if len(raw) % dtype.itemsize:
                 raise pickle.UnpicklingError(f"storage {key} is not a whole number of {kind} items")
@@ -94,21 +133,28 @@ class _Unpickler(pickle.Unpickler):
         return self.storages[key]
 
 
-def read_state_dict(source: Path | IO[bytes], name: str = "") -> dict[str, np.ndarray]:
-    """The tensors of a torch zip checkpoint, by name, as numpy arrays (little-endian, as torch writes them)."""
+def read_state_dict(source: Path | IO[bytes], name: str = "", max_bytes: int = MAX_BYTES) -> dict[str, np.ndarray]:
+    """The tensors of a torch zip checkpoint, by name, as numpy arrays (little-endian, as torch writes them). At most
+    ``max_bytes`` of storages are read (a caller that knows the model's size passes a bound from it), and every
+    tensor is checked against its storage before it is built: memory stays within a small multiple of the file's."""
     label = name or str(source)
     try:
         with zipfile.ZipFile(source) as archive:
             pickles = [n for n in archive.namelist() if n.endswith("data.pkl")]
             if len(pickles) != 1:
                 raise CheckpointError(f"{label}: not a PyTorch zip checkpoint (no single data.pkl)")
+            if archive.getinfo(pickles[0]).file_size > MAX_PICKLE_BYTES:
+                raise CheckpointError(f"{label}: its data.pkl is over {MAX_PICKLE_BYTES} bytes: not a state dict")
             prefix = pickles[0][: -len("data.pkl")]
             with archive.open(pickles[0]) as f:
-                state = _Unpickler(f, archive, prefix).load()
-    except CheckpointError:
+                state = _Unpickler(f, archive, prefix, label, max_bytes).load()
+            if not isinstance(state, dict) or not all(isinstance(v, _Tensor) for v in state.values()):
+                raise CheckpointError(f"{label}: expected a state dict of tensors")
+            return {str(k): _build(str(k), v) for k, v in state.items()}
+    except CheckpointError as exc:
+        if str(exc).startswith("tensor "):
+            raise CheckpointError(f"{label}: {exc}") from exc
         raise
-    except (pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, TypeError, AttributeError) as exc:
-        raise CheckpointError(f"{label}: corrupt or unreadable tensor file: {exc}") from exc
-    if not isinstance(state, dict) or not all(isinstance(v, np.ndarray) for v in state.values()):
-        raise CheckpointError(f"{label}: expected a state dict of tensors")
-    return {str(k): v for k, v in state.items()}
+    except (pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, TypeError, AttributeError,
+            IndexError, KeyError, RecursionError, MemoryError, OverflowError) as exc:
+        raise CheckpointError(f"{label}: corrupt or unreadable tensor file: {type(exc).__name__}: {exc}") from exc
