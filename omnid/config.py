@@ -23,6 +23,9 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True):
     sse_heartbeat_s: float = 5.0
     # On SIGTERM: open sessions get their finals and running file jobs finish within this; then all is cancelled.
     shutdown_grace_s: float = 10.0
+    # On SIGTERM, first this long with /health answering 503 "draining" while new work is still served, so that a
+    # load balancer's health check takes the daemon out of its pool before it refuses anything (0: drain at once).
+    drain_notice_s: float = 0.0
     # Empty: logs go to stderr. A path: logs are appended there, and SIGHUP reopens it (log rotation).
     log_file: str = ""
     # The try-it page at / (microphone and file transcription in a browser); false: / is a 404.
@@ -290,6 +293,8 @@ def _check_values(config: Config) -> None:
         raise ConfigError("server.sse_heartbeat_s must be in (0, 300]")
     if not 0 <= config.server.shutdown_grace_s <= 600:
         raise ConfigError("server.shutdown_grace_s must be between 0 and 600")
+    if not 0 <= config.server.drain_notice_s <= 60:
+        raise ConfigError("server.drain_notice_s must be between 0 and 60")
     if not 0 < config.server.max_upload_mb <= 4096:
         raise ConfigError("server.max_upload_mb must be in (0, 4096]")
     if not 2 <= config.server.max_form_parts <= 10000:

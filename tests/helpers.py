@@ -81,9 +81,11 @@ def word_errors(a: str, b: str) -> int:
     return d[-1]
 
 
-async def collect(ws: aiohttp.ClientWebSocketResponse, until, timeout: float = 60.0) -> list[dict]:
-    """Events (as dicts) until ``until(event)`` is true, or the socket closes."""
-    events: list[dict] = []
+async def collect(ws: aiohttp.ClientWebSocketResponse, until, timeout: float = 60.0,
+                  into: list[dict] | None = None) -> list[dict]:
+    """Events (as dicts) until ``until(event)`` is true, or the socket closes; ``into``: the list to fill, which a
+    caller can read while the events still arrive."""
+    events: list[dict] = [] if into is None else into
     deadline = time.monotonic() + timeout
     while True:
         msg = await asyncio.wait_for(ws.receive(), max(0.1, deadline - time.monotonic()))

@@ -9,6 +9,7 @@ import time
 
 import aiohttp
 
+from omnid.audio import wav_bytes
 from omnid.engine.whisper.engine import TranscribeOptions
 from tests.helpers import append, as_received, clip_audio, ready_line, spawn
 
@@ -55,5 +56,36 @@ def test_sighup_reopens_the_log_file(tmp_path):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
         assert "server_drained" in log.read_text()
+    finally:
+        proc.kill()
+
+
+async def test_sigterm_with_a_drain_notice_says_draining_while_it_still_serves(engine):
+    """With server.drain_notice_s, SIGTERM first turns /health into 503 "draining" (a load balancer's cue) while
+    requests are still served; a second SIGTERM ends the notice, and the daemon drains and exits 0. Nothing here
+    waits on the clock: the notice is long, and the second signal ends it."""
+    audio = clip_audio("ljspeech_LJ001-0013")
+    offline = engine.transcribe(as_received(audio), TranscribeOptions()).text
+    proc = spawn("serve", "--supervised", "--port", "0", env={"OMNID_SERVER_DRAIN_NOTICE_S": "60"})
+    try:
+        url = f"http://127.0.0.1:{ready_line(proc)['port']}"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url + "/health") as resp:
+                assert resp.status == 200 and (await resp.json())["status"] == "healthy"
+            proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 60
+            while True:
+                async with http.get(url + "/health") as resp:
+                    if resp.status == 503:
+                        assert (await resp.json())["status"] == "draining"
+                        break
+                assert time.monotonic() < deadline, "/health never said draining"
+                await asyncio.sleep(0.05)
+            form = aiohttp.FormData()
+            form.add_field("file", wav_bytes(audio), filename="a.wav")
+            async with http.post(url + "/v1/audio/transcriptions", data=form) as resp:
+                assert resp.status == 200 and (await resp.json())["text"] == offline  # still served
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.get_running_loop().run_in_executor(None, proc.wait, 60) == 0
     finally:
         proc.kill()

@@ -27,10 +27,12 @@ async def test_voxt_clip_at_real_time_previews_one_final_and_offline_text(server
     offline = engine.transcribe(as_received(audio), TranscribeOptions()).text
     async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url + "/v1/realtime") as ws:
         await ws.send_str(json.dumps({"type": "session.update", "session": {"turn_detection": None, "language": "en"}}))
-        reader = asyncio.ensure_future(collect(ws, lambda e: e["type"] == "transcription.completed", 120))
+        seen: list[dict] = []
+        reader = asyncio.ensure_future(collect(ws, lambda e: e["type"] == "transcription.completed", 120, into=seen))
         for i in range(0, len(audio), 1600):  # 100 ms appends at real-time speed
             await ws.send_str(append(audio[i : i + 1600]))
             await asyncio.sleep(0.1)
+        heard_while_speaking = [e for e in seen if e["type"] == "transcription.segment"]
         await ws.send_str(json.dumps({"type": "input_audio_buffer.commit"}))
         await ws.send_str(json.dumps({"type": "transcription.done"}))
         events = await reader
@@ -43,7 +45,9 @@ async def test_voxt_clip_at_real_time_previews_one_final_and_offline_text(server
     segments = [e for e in events if e["type"] == "transcription.segment"]
     previews = [e for e in segments if not e["is_final"]]
     finals = [e for e in segments if e["is_final"]]
-    assert len(previews) >= 3, "previews arrive while the clip is being spoken"
+    # How many previews a machine manages depends on its speed (a busy one thins them); that they come while the
+    # clip is being spoken does not.
+    assert heard_while_speaking and not any(e["is_final"] for e in heard_while_speaking), "previews arrive while the clip is being spoken"
     assert all(a["text"] != b["text"] for a, b in zip(previews, previews[1:])), "a preview is sent only when it changed"
     assert len(finals) == 1 and finals[0]["segment_id"] == 0
     assert segments[-1] is finals[0], "no preview after its segment's final"

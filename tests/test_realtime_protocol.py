@@ -277,23 +277,23 @@ async def test_audio_is_trimmed_and_segments_cut_at_the_cap(fake):
 
 async def test_closing_the_socket_cancels_the_sessions_jobs(fake):
     engine = engine_of(fake)
-    engine.delay = 5.0
+    engine.delay = 60.0  # far longer than any machine takes to cancel it
     try:
         async with aiohttp.ClientSession() as http:
             ws = await connect(http, fake, "voxt")
             await ws.send_str(append(speech()[:24000]))
             await send(ws, {"type": "input_audio_buffer.commit"})
             cancelled = engine.cancelled
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + 60
             while time.monotonic() < deadline and not fake.server.services.transcribers["tiny.en"].request_states:
                 await asyncio.sleep(0.02)
             assert fake.server.services.transcribers["tiny.en"].request_states, "the final is running"
             started = time.monotonic()
             await ws.close()
-            while engine.cancelled == cancelled and time.monotonic() - started < 3:
+            # A cancelled job counts itself (a finished one does not), however slow the machine.
+            while engine.cancelled == cancelled and time.monotonic() - started < 60:
                 await asyncio.sleep(0.02)
             assert engine.cancelled > cancelled, "the running job was stopped"
-            assert time.monotonic() - started < 1.0
             async with http.get(fake.url + "/health") as r:
                 health = await r.json()
             assert health["request_states"] == {} and health["realtime_sessions"] == 0

@@ -135,6 +135,11 @@ async def test_unknown_model_is_404_and_daemon_stays_healthy(server):
 
 
 async def test_disconnect_during_long_transcription_frees_the_engine(server):
+    """The engine is free within a bound that scales with the machine: four times one short request, measured
+    here and now (cancellation is checked between encoder layers and before every token), and never under 1.5 s."""
+    started = time.monotonic()
+    assert (await form_post(server, {}))[0] == 200
+    bound = max(1.5, 4 * (time.monotonic() - started))
     audio = np.concatenate([clip_audio("ljspeech_LJ001-0001")] * 12)
     form = aiohttp.FormData(default_to_multipart=True)
     form.add_field("file", wav_bytes(audio), filename="long.wav")
@@ -145,7 +150,7 @@ async def test_disconnect_during_long_transcription_frees_the_engine(server):
 
     async with aiohttp.ClientSession() as session:
         request = asyncio.create_task(session.post(server.url + "/v1/audio/transcriptions", data=form))
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120
         while not await running():
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
@@ -158,7 +163,7 @@ async def test_disconnect_during_long_transcription_frees_the_engine(server):
             async with s.get(server.url + "/health") as r:
                 if (await r.json())["request_states"] == {}:
                     break
-            assert time.monotonic() - gone < 1.5, "engine still busy 1.5 s after the client left"
+            assert time.monotonic() - gone < bound, f"engine still busy {bound:.2f} s after the client left"
             await asyncio.sleep(0.05)
 
 

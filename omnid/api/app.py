@@ -42,8 +42,9 @@ def json_response(body: object, status: int = 200) -> web.Response:
 
 async def health(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
+    leaving = services.leaving or services.draining
     body = {
-        "status": "healthy" if services.ready else "loading",
+        "status": "draining" if leaving else "healthy" if services.ready else "loading",
         "running": True,
         "request_states": services.request_states(),
         "models": {r.name: {"kind": services.kind(r.name), "status": _status(r), "request_states": r.request_states}
@@ -52,7 +53,7 @@ async def health(request: web.Request) -> web.Response:
         "diarization_streams": len(request.app[diarization.STREAMS]),
         "uptime_s": round(time.monotonic() - request.app[STARTED], 3),
     }
-    return json_response(body, 200 if services.ready else 503)
+    return json_response(body, 200 if services.ready and not leaving else 503)
 
 
 def _status(runtime) -> str:

@@ -7,6 +7,7 @@ Supervised mode (wire.md section 2) is how Voxt runs the daemon: exactly one JSO
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -52,9 +53,16 @@ class Server:
                  trims_heap_when_idle=self.services.heap.available)
         await self.services.start()
 
-    async def drain(self) -> None:
-        """SIGTERM: no new work; open realtime sessions get their finals and a closing error; running jobs may
-        finish. Whatever is left after server.shutdown_grace_s is cancelled by stop()."""
+    async def drain(self, hurry: asyncio.Event) -> None:
+        """SIGTERM: /health says "draining" for server.drain_notice_s while work is still taken (a load balancer
+        stops sending any); then no new work; open realtime sessions get their finals and a closing error; running
+        jobs may finish. Whatever is left after server.shutdown_grace_s is cancelled by stop()."""
+        notice = self.config.server.drain_notice_s
+        self.services.leaving = True
+        if notice:  # a second SIGTERM or Ctrl-C cuts it short
+            log.info("server_leaving", notice_s=notice)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(hurry.wait(), notice)
         grace = self.config.server.shutdown_grace_s
         started = time.monotonic()
         self.services.draining = True
@@ -131,6 +139,7 @@ def _is_shutdown(line: bytes) -> bool:
 async def serve(config: Config, supervised: bool = False) -> int:
     started = time.monotonic()
     stop = asyncio.Event()
+    hurry = asyncio.Event()  # a second signal while draining: end the drain notice now
     reason: list[str] = []
     loop = asyncio.get_running_loop()
 
@@ -138,6 +147,8 @@ async def serve(config: Config, supervised: bool = False) -> int:
         if sig == signal.SIGHUP and not supervised:
             reopen_log_file()  # log rotation; a supervised daemon exits on SIGHUP (wire.md section 2)
             return
+        if stop.is_set():
+            hurry.set()
         reason.append(sig.name.lower())
         stop.set()
 
@@ -170,7 +181,7 @@ async def serve(config: Config, supervised: bool = False) -> int:
     why = reason[0] if reason else "signal"
     log.info("server_stopping", reason=why)
     if why in ("sigterm", "sigint"):
-        await server.drain()  # the parent's shutdown command, its death or SIGHUP cancel at once
+        await server.drain(hurry)  # the parent's shutdown command, its death or SIGHUP cancel at once
     await server.stop()
     if supervised:
         watcher.cancel()

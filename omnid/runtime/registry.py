@@ -31,6 +31,7 @@ class Services:
     vad: EngineRuntime[SileroVAD] | None = None
     vad_batcher: VadBatcher | None = None
     ready: bool = False
+    leaving: bool = False  # told to stop: /health says so (a load balancer's cue), work is still served
     draining: bool = False  # shutting down: no new work
     failure: str | None = None
     metrics: Metrics = field(default_factory=Metrics)
