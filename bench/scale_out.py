@@ -6,10 +6,10 @@ configuration from docs/deployment.md, then sends through HAProxy, for ``--secon
 sessions in the Voxt dialect (each a corpus clip streamed at real-time pace in 100 ms appends, then commit and
 ``transcription.done``, again and again) and ``--files`` clients posting corpus clips to /v1/audio/transcriptions
 one after another. A third of the way in, daemon A gets SIGTERM. Printed: which daemon served what (HAProxy's
-``X-Served-By`` header), by when the session or request started, before or after the SIGTERM; every session's turns and finals (a turn whose final did not
-arrive is lost; a session the leaving daemon closed after its open segment's final carries on through HAProxy on the
-other daemon with the rest of its clip); every file request's status; the realtime text against each clip's offline
-text. Needs Debian's haproxy (``apt-get install haproxy``).
+``X-Served-By`` header), by when the session or request started, before or after the SIGTERM; every session's
+turns and finals (a turn whose final did not arrive is lost; a session the leaving daemon closed after its open
+segment's final carries on through HAProxy on the other daemon with the rest of its clip); every file request's
+status and wall time; the realtime text against each clip's offline text. Needs Debian's haproxy (``apt-get install haproxy``).
 
     .venv/bin/python bench/scale_out.py                  # ~1 min
     .venv/bin/python bench/scale_out.py --sessions 6 --files 4 --seconds 90
