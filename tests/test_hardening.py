@@ -315,12 +315,16 @@ async def test_half_a_million_empty_parts_are_refused_and_health_stays_fast(serv
     body = part * 480_000 + b"--b--\r\n"
     assert len(body) < 25 * 1024 * 1024  # under the upload cap: only the part cap stops it
     head = post_head(TRANSCRIBE, len(body), content_type="multipart/form-data; boundary=b")
+    # /health's latency on this machine now, with nothing else asked of the daemon: the yardstick (a busy machine
+    # slows both alike; a parse on the event loop would hold /health for the whole parse).
+    idle = await health_latencies(server.url, asyncio.ensure_future(asyncio.sleep(1.0)))
     request = asyncio.ensure_future(raw_request(server.server.port, head, body))
     latencies = await health_latencies(server.url, request)
     status, headers, data = await request
     err = error_of(status, headers["content-type"], data)
     assert status == 400 and err["code"] == "too_many_parts"
-    assert latencies and float(np.median(latencies)) < 0.1 and max(latencies) < 0.5, latencies
+    assert latencies and float(np.median(latencies)) < max(0.1, 4 * float(np.median(idle))), (latencies, idle)
+    assert max(latencies) < max(0.5, 4 * max(idle)), (latencies, idle)
 
 
 async def test_every_byte_counts_against_the_upload_cap(server):
