@@ -135,16 +135,19 @@ class Tally:
 
 async def session(http: aiohttp.ClientSession, url: str, clips: list[Clip], until: float, seed: int, t: Tally) -> None:
     """Clips streamed at real-time pace, one turn each. When the leaving daemon closes the socket (its open
-    segment's final first), the session connects again through HAProxy and sends the rest of the clip there."""
+    segment's final first), the session connects again through HAProxy and sends the rest of the clip there. Every
+    connection that carried audio is a turn that owes one final."""
     rng = random.Random(seed)
     while time.monotonic() < until:
         clip = clips[rng.randrange(len(clips))]
         sent, texts = 0, []
-        while sent < len(clip.audio) or not texts:
+        while True:
             async with http.ws_connect(url + "/v1/realtime?protocol=voxt", headers=HEADERS, max_msg_size=0) as ws:
                 t.served[(t.phase(), "session", ws._response.headers.get("X-Served-By", "?"))] += 1
                 await ws.send_str(json.dumps({"type": "session.update", "session": {"turn_detection": None}}))
-                reader = asyncio.ensure_future(_read(ws, texts, t))
+                finals: list[str] = []
+                reader = asyncio.ensure_future(_read(ws, finals, t))
+                first = sent
                 try:
                     while sent < len(clip.audio) and not reader.done():
                         chunk = clip.audio[sent : sent + STEP]
@@ -153,32 +156,31 @@ async def session(http: aiohttp.ClientSession, url: str, clips: list[Clip], unti
                         sent += len(chunk)
                         await asyncio.sleep(len(chunk) / 16000)
                     if not reader.done():
-                        t.turns += 1
                         await ws.send_str(json.dumps({"type": "input_audio_buffer.commit"}))
                         await ws.send_str(json.dumps({"type": "transcription.done"}))
                     closed_by_server = await reader
                 except (aiohttp.ClientError, ConnectionError):
                     closed_by_server = True
-                if closed_by_server and sent < len(clip.audio):
-                    t.reconnects += 1
-                    t.turns += 1  # the turn the leaving daemon committed for us
-                if not closed_by_server:
-                    break
+            if sent > first:
+                t.turns += 1
+                t.finals += min(1, len(finals))
+            texts += [f for f in finals if f]
+            if not closed_by_server or sent >= len(clip.audio):
+                break
+            t.reconnects += 1
         said = " ".join(texts)
         t.word_errors += edit_distance(tokens(clip.offline, "en"), tokens(said, "en"))
         t.words += len(tokens(clip.offline, "en"))
 
 
-async def _read(ws: aiohttp.ClientWebSocketResponse, texts: list[str], t: Tally) -> bool:
-    """Events until completed (False) or the server's closing error (True)."""
+async def _read(ws: aiohttp.ClientWebSocketResponse, finals: list[str], t: Tally) -> bool:
+    """Final texts until completed (False) or the server's closing error (True)."""
     async for msg in ws:
         if msg.type != aiohttp.WSMsgType.TEXT:
             break
         event = json.loads(msg.data)
         if event["type"] == "transcription.segment" and event["is_final"]:
-            t.finals += 1
-            if event["text"].strip():
-                texts.append(event["text"].strip())
+            finals.append(event["text"].strip())
         elif event["type"] == "transcription.completed":
             return False
         elif event["type"] == "error":
@@ -242,8 +244,8 @@ def report(t: Tally, daemons: list[Daemon]) -> None:
             print(f"{phase:<8}{kind:<9}" + "".join(f"{t.served[(phase, kind, d.name)]:>8}" for d in daemons))
     lost_finals = t.turns - t.finals
     failed = sum(n for status, n in t.statuses.items() if status != 200)
-    print(f"\nrealtime: {t.turns} turns, {t.finals} finals, lost {lost_finals}; {t.reconnects} sessions carried over "
-          f"to the other daemon after the drain; error events {dict(t.errors) or 'none'}")
+    print(f"\nrealtime: {t.turns} turns with audio, {t.finals} with their final, lost {lost_finals}; {t.reconnects} "
+          f"sessions closed mid-clip by the drain carried on through HAProxy; error events {dict(t.errors) or 'none'}")
     seconds = sorted(t.file_seconds) or [0.0]
     print(f"files: {sum(t.statuses.values())} requests, statuses {dict(t.statuses)}, failed {failed}; wall "
           f"median {seconds[len(seconds) // 2]:.2f} s, max {seconds[-1]:.2f} s (file jobs queue behind realtime work)")
