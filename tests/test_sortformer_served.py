@@ -106,20 +106,25 @@ def test_a_malformed_feed_gets_the_reference_error_then_a_close(daemon, name, fe
     assert asyncio.run(go()) == [{"error": error}]
 
 
-def test_voxt_feeds_answer_as_the_engine_computes_them(daemon, engine):
-    audio = two_voices(30.0)
-    feeds = [audio[i : i + 79_360] for i in range(0, len(audio), 79_360)]
-    feeds[-1] = np.concatenate([feeds[-1], np.zeros(max(0, 1280 - len(feeds[-1])), np.float32)])
-
-    async def go():
-        async with websockets.connect(f"{daemon.ws_url}/v1/diarization/stream?merge_gap=0.3") as ws:
+def fed(daemon, feeds: list[np.ndarray], query: str = "") -> list[dict]:
+    """The replies of one stream to ``feeds``, sent one after another."""
+    async def go() -> list[dict]:
+        async with websockets.connect(f"{daemon.ws_url}/v1/diarization/stream{query}") as ws:
             out = []
             for feed in feeds:
                 await ws.send(feed.tobytes())
                 out.append(json.loads(await ws.recv()))
             return out
 
-    replies = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_voxt_feeds_answer_as_the_engine_computes_them(daemon, engine):
+    audio = two_voices(30.0)
+    feeds = [audio[i : i + 79_360] for i in range(0, len(audio), 79_360)]
+    feeds[-1] = np.concatenate([feeds[-1], np.zeros(max(0, 1280 - len(feeds[-1])), np.float32)])
+
+    replies = fed(daemon, feeds, "?merge_gap=0.3")
     state = engine.new_stream()
     for feed, reply in zip(feeds, replies):
         before = state.frames_processed
@@ -218,15 +223,7 @@ def test_finite_but_extreme_samples_never_poison_a_stream(daemon, engine, extrem
     speech = two_voices(3.0)
     feeds = [loud, speech, speech]
 
-    async def go():
-        async with websockets.connect(f"{daemon.ws_url}/v1/diarization/stream") as ws:
-            out = []
-            for feed in feeds:
-                await ws.send(feed.tobytes())
-                out.append(json.loads(await ws.recv()))
-            return out
-
-    replies = asyncio.run(go())
+    replies = fed(daemon, feeds)
     state = engine.new_stream()
     for feed, reply in zip(feeds, replies):
         probs = np.array(reply["probabilities"], dtype=np.float64)  # a NaN would have come as null

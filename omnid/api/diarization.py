@@ -152,10 +152,15 @@ def max_feed_samples(engine: SortformerEngine) -> int:
     return min(ABSOLUTE_MAX_FEED, engine.streaming.spkcache_update_period * SAMPLES_PER_FRAME - 1)
 
 
+def not_a_feed(cap: int) -> str:
+    """The reference's text for a text message or a message over the cap (the socket refuses those by itself)."""
+    return f"A feed is a binary message of at most {cap} samples."
+
+
 def feed_error(data: bytes | str, cap: int) -> str | None:
     """The reference's error texts for a malformed feed; None when the feed is good."""
-    if isinstance(data, str):  # a message over cap * 4 bytes never gets here: the socket refuses it with this text
-        return f"A feed is a binary message of at most {cap} samples."
+    if isinstance(data, str):
+        return not_a_feed(cap)
     if len(data) % 4 or len(data) < 8:
         return f"A feed is 2 to {cap} float32 little-endian samples."
     if not np.isfinite(np.frombuffer(data, "<f4")).all():
@@ -175,7 +180,7 @@ async def stream_route(request: web.Request, services) -> web.StreamResponse:
     cap = max_feed_samples(runtime.engine)
 
     async def too_large() -> None:
-        await ws.send_json({"error": feed_error("", cap)})
+        await ws.send_json({"error": not_a_feed(cap)})
 
     ws = CappedWebSocket(cap * 4, too_large, autoping=True, heartbeat=30)
     await ws.prepare(request)

@@ -18,7 +18,6 @@ class CappedWebSocket(web.WebSocketResponse):
     def __init__(self, max_bytes: int, too_large: Callable[[], Awaitable[None]], **kwargs) -> None:
         # aiohttp refuses a message of max_msg_size bytes or more: one more byte lets exactly max_bytes through.
         super().__init__(max_msg_size=max_bytes + 1, **kwargs)
-        self.max_bytes = max_bytes
         self._too_large: Callable[[], Awaitable[None]] | None = too_large
 
     @property

@@ -301,13 +301,11 @@ def _load_nemo(path: Path) -> Checkpoint:
     try:
         with tarfile.open(path, "r:*") as tar:
             members = _members(tar, path)
-            try:
-                cfg = resolve_interpolations(_read_yaml(tar, members["model_config.yaml"], path))
-            except CheckpointError as exc:
-                raise CheckpointError(str(exc) if str(exc).startswith(str(path)) else f"{path}:{exc}") from exc
-            dims, front, streaming = _nemo_model(cfg, Path(f"{path}:model_config.yaml"))
+            source = f"{path}:model_config.yaml"
+            cfg = resolve_interpolations(_read_yaml(tar, members["model_config.yaml"], path), source)
+            dims, front, streaming = _nemo_model(cfg, Path(source))
             weights_member = members["model_weights.ckpt"]
-            limit = _weights_bytes(dims)
+            limit = _weights_bytes(dims, front)
             if weights_member.size > limit:
                 raise CheckpointError(f"{path}:model_weights.ckpt is {weights_member.size} bytes; the model its config "
                                       f"describes needs at most {limit}")
@@ -332,11 +330,12 @@ def _load_nemo(path: Path) -> Checkpoint:
     return Checkpoint(path, "nemo", front, dims, streaming, weights, [path])
 
 
-def _weights_bytes(d: Dims) -> int:
-    """The most bytes a state dict of this model may hold: its tensors in float64 (the widest a torch storage
-    stores them), the front end's buffers, and a megabyte for the pickle and zip records."""
+def _weights_bytes(d: Dims, front: FrontEnd) -> int:
+    """The most bytes a state dict of this model may hold: its tensors and the front end's window and filterbank in
+    float64 (the widest a torch storage stores them), and a megabyte for the pickle and zip records."""
     elements = sum(math.prod(shape) for shape in expected_shapes(d).values())
-    return 8 * elements + 8 * (1 + d.n_mels) * 1024 + (1 << 20)
+    elements += front.n_fft + front.n_mels * (front.n_fft // 2 + 1)
+    return 8 * elements + (1 << 20)
 
 
 def _nemo_model(cfg: dict, source: Path) -> tuple[Dims, FrontEnd, Streaming]:
@@ -443,7 +442,7 @@ MAX_LOOKUPS = 10_000
 MAX_STRING_CHARS = 65_536
 
 
-def resolve_interpolations(config: dict) -> dict:
+def resolve_interpolations(config: dict, source: str = "model_config.yaml") -> dict:
     """OmegaConf's ``${a.b}`` references resolved against the file's root (``model.`` may name the root itself,
     as in a model config saved inside a .nemo), within MAX_LOOKUPS references and MAX_STRING_CHARS a string."""
     lookups = 0
@@ -452,20 +451,20 @@ def resolve_interpolations(config: dict) -> dict:
         nonlocal lookups
         lookups += 1
         if lookups > MAX_LOOKUPS:
-            raise CheckpointError(f"model_config.yaml: more than {MAX_LOOKUPS} ${{}} references to resolve")
+            raise CheckpointError(f"{source}: more than {MAX_LOOKUPS} ${{}} references to resolve")
         node: Any = config
         parts = ref.split(".")
         if parts[0] == "model" and "model" not in config:
             parts = parts[1:]
         for part in parts:
             if not isinstance(node, dict) or part not in node:
-                raise CheckpointError(f"model_config.yaml: unresolved reference ${{{ref}}}")
+                raise CheckpointError(f"{source}: unresolved reference ${{{ref}}}")
             node = node[part]
         return resolve(node, depth + 1)
 
     def resolve(node: Any, depth: int = 0) -> Any:
         if depth > 20:
-            raise CheckpointError("model_config.yaml: references nest too deep")
+            raise CheckpointError(f"{source}: references nest too deep")
         if isinstance(node, dict):
             return {k: resolve(v, depth) for k, v in node.items()}
         if isinstance(node, list):
@@ -480,7 +479,7 @@ def resolve_interpolations(config: dict) -> dict:
 
     def _bounded(text: str) -> str:
         if len(text) > MAX_STRING_CHARS:
-            raise CheckpointError(f"model_config.yaml: a resolved ${{}} reference is over {MAX_STRING_CHARS} characters")
+            raise CheckpointError(f"{source}: a resolved ${{}} reference is over {MAX_STRING_CHARS} characters")
         return text
 
     return resolve(config)

@@ -73,18 +73,18 @@ def _rebuild_tensor_v2(storage: _Storage, offset: int, size: tuple[int, ...], st
     return _Tensor(storage, offset, size, stride)
 
 
-def _build(name: str, t: _Tensor) -> np.ndarray:
+def _build(label: str, name: str, t: _Tensor) -> np.ndarray:
     """The tensor's own copy, after checking that it claims no more than its storage holds: a tensor's elements
     are at most its storage's (a stride-0 tensor of 10^14 elements over one float would otherwise be allocated)."""
     data = t.storage.data
     if any(n < 0 for n in t.size) or any(s < 0 for s in t.stride) or t.offset < 0:
-        raise CheckpointError(f"tensor {name}: negative size, stride or offset")
+        raise CheckpointError(f"{label}: tensor {name}: negative size, stride or offset")
     count = math.prod(t.size)
     if count > data.size:
-        raise CheckpointError(f"tensor {name}: claims {count} elements, its storage holds {data.size}")
+        raise CheckpointError(f"{label}: tensor {name}: claims {count} elements, its storage holds {data.size}")
     span = 1 + sum((n - 1) * s for n, s in zip(t.size, t.stride)) if count else 0
     if t.offset + span > data.size:
-        raise CheckpointError(f"tensor {name}: reaches past its storage")
+        raise CheckpointError(f"{label}: tensor {name}: reaches past its storage")
     view = np.lib.stride_tricks.as_strided(data[t.offset:], shape=t.size,
                                            strides=tuple(s * data.itemsize for s in t.stride))
     out = np.array(view)  # own the memory, contiguous
@@ -150,11 +150,7 @@ def read_state_dict(source: Path | IO[bytes], name: str = "", max_bytes: int = M
                 state = _Unpickler(f, archive, prefix, label, max_bytes).load()
             if not isinstance(state, dict) or not all(isinstance(v, _Tensor) for v in state.values()):
                 raise CheckpointError(f"{label}: expected a state dict of tensors")
-            return {str(k): _build(str(k), v) for k, v in state.items()}
-    except CheckpointError as exc:
-        if str(exc).startswith("tensor "):
-            raise CheckpointError(f"{label}: {exc}") from exc
-        raise
+            return {str(k): _build(label, str(k), v) for k, v in state.items()}
     except (pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, TypeError, AttributeError,
             IndexError, KeyError, RecursionError, MemoryError, OverflowError) as exc:
         raise CheckpointError(f"{label}: corrupt or unreadable tensor file: {type(exc).__name__}: {exc}") from exc
