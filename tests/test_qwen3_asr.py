@@ -103,6 +103,32 @@ def test_per_window_attention_equals_one_block_masked_pass() -> None:
     assert np.abs(np.array(per_window) - np.array(h)).max() <= 1e-5
 
 
+@pytest.mark.parametrize("seconds", [3.0, 8.9, 40.0])
+def test_the_cpu_numpy_encoder_is_the_mlx_encoder(engine: Qwen3AsrEngine, seconds: float) -> None:
+    """On the CPU the conv stem and the encoder layers run in numpy (cpu_math.conv2d_stride2_gelu, cpu_encoder.py);
+    Metal runs model.py's MLX layers. Both give the same output on real speech: one window, two windows, and
+    forty seconds (520 tokens: the layers' row-block path; fewer rows take the column-split path)."""
+    audio = np.concatenate([clip("long")] * 5)[: int(seconds * 16000)]
+    encoder = engine.model.audio
+    mel = engine.mel(audio)
+    widths = [100] * (mel.shape[0] // 100) + ([mel.shape[0] % 100] if mel.shape[0] % 100 else [])
+    padded = mx.concatenate([mel, mx.zeros((100 * len(widths) - mel.shape[0], mel.shape[1]))])
+    chunks = padded.reshape(len(widths), 100, -1).transpose(0, 2, 1)[..., None]
+    stem_mlx, stem_cpu = np.array(encoder._stem(chunks)), np.array(encoder._stem_cpu(chunks))
+    assert np.abs(stem_cpu - stem_mlx).max() <= 1e-5 * max(1.0, np.abs(stem_mlx).max())
+    tokens = encoder.conv_stem(mel, lambda: None)
+    n, window = tokens.shape[0], encoder.window
+    full = n // window
+    parts = [encoder._layers(tokens[: full * window].reshape(full, window, -1), lambda: None).reshape(-1, tokens.shape[1])
+             ] if full else []
+    if n % window:
+        parts.append(encoder._layers(tokens[full * window :][None], lambda: None)[0])
+    expected = np.array(encoder.proj2(gelu(encoder.proj1(encoder.ln_post(mx.concatenate(parts))))))
+    got = np.array(engine.encode(audio))
+    assert got.shape == expected.shape == (audio_token_count(len(audio) // 160), 64)
+    assert np.abs(got - expected).max() <= 1e-4 * max(1.0, np.abs(expected).max())
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_prompt_and_prefill_logits_match(engine: Qwen3AsrEngine, case: str) -> None:
     c = meta()["cases"][case]

@@ -13,7 +13,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from omnid.engine.cpu_math import by_rows, layer_norm_rows
+from omnid.engine.cpu_math import CPU_THREADS, by_rows, by_share, layer_norm_rows
 
 
 def as_numpy(a: mx.array) -> np.ndarray:
@@ -87,6 +87,21 @@ def blocks(work: Callable[[int, int], object], n: int) -> None:
             work(first, min(first + ROWS, stop))
 
     by_rows(share, n)
+
+
+def by_columns(x: np.ndarray, products: Sequence[tuple[Linear, np.ndarray]]) -> None:
+    """Each ``out = linear(x)`` with the output columns shared among the threads, every thread's products over all
+    the rows: for a few rows, where a share of the rows would be too few for the BLAS to run at speed."""
+    width = products[0][1].shape[1]
+    share = -(-width // CPU_THREADS)
+
+    def columns(start: int, stop: int) -> None:
+        for linear, out in products:
+            np.matmul(x, linear.weight_t[:, start:stop], out=out[:, start:stop])
+            if linear.bias is not None:
+                out[:, start:stop] += linear.bias[start:stop]
+
+    by_share(columns, width, share)
 
 
 def through_layers(x: mx.array, layers: Sequence[Callable[..., None]], *args: np.ndarray,

@@ -19,12 +19,28 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from omnid.engine.cpu_math import CPU_THREADS, by_rows, by_share
 from omnid.engine.qwen3_asr.checkpoint import TextDims
 from omnid.engine.qwen3_asr.model import Qwen3ASR
 
 # Prompt positions per prefill step: the attention scores of a step are heads x BLOCK x prompt floats (250 MB for
 # a 20-minute chunk's 15 600 positions), whatever the prompt's length.
 BLOCK = 256
+
+
+def _swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """silu(gate) * up, in place in ``gate``, the rows shared among the cores."""
+
+    def rows(start: int, stop: int) -> None:
+        g = gate[start:stop]
+        e = np.negative(g)
+        np.exp(e, out=e)
+        e += 1.0
+        np.divide(g, e, out=g)
+        g *= up[start:stop]
+
+    by_rows(rows, len(gate))
+    return gate
 
 
 def _view(a: mx.array) -> np.ndarray:
@@ -91,8 +107,7 @@ class NumpyDecoder:
         for i, w in enumerate(self.layers):
             x = x + self._attention(self._rms(x, w.input_norm), w, i, pos, cos, sin)
             h = self._rms(x, w.post_norm)
-            gate = h @ w.gate.T
-            x = x + (gate / (1.0 + np.exp(-gate)) * (h @ w.up.T)) @ w.down.T
+            x = x + _swiglu(h @ w.gate.T, h @ w.up.T) @ w.down.T
         self.length = pos + x.shape[0]
         return x
 
@@ -118,10 +133,28 @@ class NumpyDecoder:
         group = self.heads // self.kv_heads  # query heads per key/value head, consecutive
         q = q.reshape(n, self.kv_heads, group, hd).transpose(1, 2, 0, 3)  # (kv, group, n, hd)
         end = pos + n
-        scores = np.matmul(q, keys[:, None, :end].transpose(0, 1, 3, 2)) * np.float32(hd**-0.5)  # (kv, group, n, end)
-        if n > 1:  # causal: query pos + i sees keys up to pos + i
-            scores[..., np.arange(end)[None, :] > (pos + np.arange(n))[:, None]] = -np.inf
-        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        scores /= scores.sum(axis=-1, keepdims=True)
-        out = np.matmul(scores, values[:, None, :end])  # (kv, group, n, hd)
-        return out.transpose(2, 0, 1, 3).reshape(n, -1) @ w.o.T
+        out = np.empty((n, self.kv_heads, group, hd), np.float32)
+        # causal: query pos + i sees keys up to pos + i (an added -inf, one pass, where an indexed store was many)
+        mask = np.where(np.arange(end)[None, :] > (pos + np.arange(n))[:, None], np.float32(-np.inf),
+                        np.float32(0.0)) if n > 1 else None
+
+        def head(kv: int) -> None:
+            scores = np.matmul(q[kv], keys[kv, :end].T)  # (group, n, end)
+            scores *= np.float32(hd**-0.5)
+            if mask is not None:
+                scores += mask
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            out[:, kv] = np.matmul(scores, values[kv, :end]).transpose(1, 0, 2)
+
+        if n > 1:  # a prompt: the key/value heads shared among the cores (its exps are most of the time)
+            def heads(first: int, last: int) -> None:
+                for kv in range(first, last):
+                    head(kv)
+
+            by_share(heads, self.kv_heads, -(-self.kv_heads // CPU_THREADS))
+        else:
+            for kv in range(self.kv_heads):
+                head(kv)
+        return out.reshape(n, -1) @ w.o.T

@@ -4,18 +4,25 @@ the Qwen3 decoder (GQA, q/k RMSNorm, RoPE, SwiGLU) with a KV cache. Names follow
 
 The encoder never builds a dense mask over a clip: its attention runs window by window (full windows as one batch,
 the remainder alone), which is what the model was trained with and costs linear memory in the audio's length.
-Compute stays in float32 (as for Whisper: float16 matmuls are slow on the CPU backend).
+Compute stays in float32 (as for Whisper: float16 matmuls are slow on the CPU backend). On MLX's CPU device the
+conv stem and the encoder layers run in numpy over blocks of rows on every core (cpu_math.conv2d_stride2_gelu,
+cpu_encoder.py), as Whisper's and Sortformer's encoders do: MLX's CPU convolution and its one-core element-wise
+kernels made them more than twice as slow as torch's (bench/qwen3_asr_speed.py); Metal runs the MLX layers below.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import cached_property
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
-from omnid.engine.cpu_math import attention, gelu
+from omnid.engine.cpu_encoder import CpuEncoderLayer
+from omnid.engine.cpu_math import attention, conv2d_stride2_gelu, gelu
+from omnid.engine.numpy_layers import as_numpy, through_layers
 from omnid.engine.qwen3_asr.checkpoint import AudioDims, TextDims
 
 Check = Callable[[], None]
@@ -103,17 +110,10 @@ class AudioEncoder(nn.Module):
             mel = mx.concatenate([mel, mx.zeros((width * len(widths) - frames, mel.shape[1]), mel.dtype)])
         # (chunks, n_mels, width, 1): height = mel bins, width = time, as the official (b, 1, mel, time) input.
         chunks = mel.reshape(len(widths), width, -1).transpose(0, 2, 1)[..., None]
+        stem = self._stem_cpu if mx.default_device() == mx.cpu else self._stem
         out = []
         for first in range(0, len(widths), CONV_BATCH):
-            x = chunks[first : first + CONV_BATCH]
-            x = gelu(self.conv2d1(x))
-            x = gelu(self.conv2d2(x))
-            x = gelu(self.conv2d3(x))
-            b, f, t, c = x.shape
-            x = self.conv_out(x.transpose(0, 2, 3, 1).reshape(b, t, c * f))  # channel-major: index c * f_total + f
-            x = x + self._positions[:t]
-            mx.eval(x)
-            out.append(x)
+            out.append(stem(chunks[first : first + CONV_BATCH]))
             check()
         x = mx.concatenate(out) if len(out) > 1 else out[0]
         keep = [audio_token_count(w, self.chunk) for w in widths]
@@ -121,9 +121,38 @@ class AudioEncoder(nn.Module):
             return x.reshape(-1, x.shape[-1])
         return mx.concatenate([x[i, :k] for i, k in enumerate(keep)])
 
+    def _stem(self, x: mx.array) -> mx.array:
+        """(chunks, n_mels, width, 1) -> (chunks, tokens, d_model)."""
+        x = gelu(self.conv2d1(x))
+        x = gelu(self.conv2d2(x))
+        x = gelu(self.conv2d3(x))
+        b, f, t, c = x.shape
+        x = self.conv_out(x.transpose(0, 2, 3, 1).reshape(b, t, c * f))  # channel-major: index c * f_total + f
+        x = x + self._positions[:t]
+        mx.eval(x)
+        return x
+
+    def _stem_cpu(self, chunks: mx.array) -> mx.array:
+        """_stem in numpy (the convolutions' products on every core, each GELU in cache)."""
+        mx.eval(chunks)
+        data = np.asarray(chunks)
+        x = np.zeros((data.shape[0], data.shape[1] + 2, data.shape[2] + 2, 1), np.float32)
+        x[:, 1:-1, 1:-1] = data
+        for conv in (self.conv2d1, self.conv2d2, self.conv2d3):
+            x = conv2d_stride2_gelu(x, as_numpy(conv.weight), as_numpy(conv.bias), border=conv is not self.conv2d3)
+        b, f, t, c = x.shape
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).reshape(b * t, c * f) @ as_numpy(self.conv_out.weight).T
+        x = x.reshape(b, t, -1) + np.asarray(self._positions[:t])
+        return mx.array(x)
+
     def __call__(self, mel: mx.array, check: Check = lambda: None) -> mx.array:
         """(frames, n_mels) log-mel -> (audio tokens, output_dim) embeddings for the decoder."""
         x = self.conv_stem(mel, check)
+        if mx.default_device() == mx.cpu:  # windows and all: the layers' products over every row at once
+            x = through_layers(x[None], self._cpu_layers, after_each=check)[0]
+            x = self.proj2(gelu(self.proj1(self.ln_post(x))))
+            mx.eval(x)
+            return x
         n = x.shape[0]
         full = n // self.window
         parts = []
@@ -142,6 +171,14 @@ class AudioEncoder(nn.Module):
             mx.eval(windows)
             check()
         return windows
+
+
+    @cached_property
+    def _cpu_layers(self) -> list[CpuEncoderLayer]:
+        """Built at the first CPU pass, after the weights are loaded (numpy views of them)."""
+        return [CpuEncoderLayer(a.heads, layer.self_attn_layer_norm, a.q_proj, a.k_proj, a.v_proj, a.out_proj,
+                                layer.final_layer_norm, layer.fc1, layer.fc2, window=self.window)
+                for layer in self.layers for a in (layer.self_attn,)]
 
 
 class KVCache:

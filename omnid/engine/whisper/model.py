@@ -13,10 +13,10 @@ from typing import Any, Callable
 import mlx.core as mx
 import mlx.nn as nn
 
+from omnid.engine.cpu_encoder import CpuEncoderLayer
 from omnid.engine.cpu_math import attention, gelu
 from omnid.engine.numpy_layers import through_layers
 from omnid.engine.whisper.cpu_decoder import CpuTextDecoder
-from omnid.engine.whisper.cpu_encoder import CpuEncoderLayer
 
 KVCache = tuple[mx.array, mx.array]
 
@@ -150,7 +150,8 @@ class AudioEncoder(nn.Module):
     @cached_property
     def _cpu_layers(self) -> list[CpuEncoderLayer]:
         """Built at the first CPU pass, after the weights are loaded (numpy views of them)."""
-        return [CpuEncoderLayer(block) for block in self.blocks]
+        return [CpuEncoderLayer(b.attn.n_head, b.attn_ln, b.attn.query, b.attn.key, b.attn.value, b.attn.out, b.mlp_ln,
+                                b.mlp1, b.mlp2) for b in self.blocks]
 
 
 class TextDecoder(nn.Module):
