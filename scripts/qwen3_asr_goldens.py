@@ -100,17 +100,21 @@ def write_tokenizer(out: pathlib.Path) -> dict[str, int]:
 # --- the tiny model -------------------------------------------------------------------------------------------------
 
 
-def build_model(ids: dict[str, int], vocab_size: int) -> Qwen3ASRForConditionalGeneration:
+def build_model(ids: dict[str, int], vocab_size: int, aligner_classes: int = 0) -> Qwen3ASRForConditionalGeneration:
+    """The tiny model; with ``aligner_classes`` the forced aligner's (scripts/qwen3_aligner_goldens.py): the same
+    network with a head of that many time classes, untied."""
+    head = dict(model_type="qwen3_forced_aligner", classify_num=aligner_classes) if aligner_classes else {}
     cfg = Qwen3ASRConfig(support_languages=list(SUPPORTED_LANGUAGES), thinker_config=dict(
         audio_token_id=ids["<|audio_pad|>"], audio_start_token_id=ids["<|audio_start|>"],
-        user_token_id=None, dtype="float32",
+        user_token_id=None, dtype="float32", **head,
         audio_config=dict(num_mel_bins=128, d_model=64, encoder_layers=2, encoder_attention_heads=4,
                           encoder_ffn_dim=128, downsample_hidden_size=8, output_dim=64, n_window=50,
                           n_window_infer=800, conv_chunksize=500, max_source_positions=1500,
                           activation_function="gelu"),
         text_config=dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=32, hidden_act="silu",
-                         rms_norm_eps=1e-6, rope_theta=1e6, max_position_embeddings=4096, tie_word_embeddings=True,
+                         rms_norm_eps=1e-6, rope_theta=1e6, max_position_embeddings=4096,
+                         tie_word_embeddings=not aligner_classes,
                          rope_scaling={"rope_type": "default", "type": "default", "mrope_section": [8, 4, 4],
                                        "interleaved": True, "mrope_interleaved": True})))
     cfg.architectures = ["Qwen3ASRForConditionalGeneration"]
@@ -135,6 +139,8 @@ def build_model(ids: dict[str, int], vocab_size: int) -> Qwen3ASRForConditionalG
         direction = emb.mean(0)
         direction = direction / direction.norm()
         emb.sub_(emb @ direction[:, None] * direction[None, :])
+        if aligner_classes:
+            return model  # no decoding to end: the aligner classifies its slots in one pass
         emb[ids["<|endoftext|>"]].mul_(END_SCALE)
         emb[ids["<|im_end|>"]].mul_(END_SCALE)
         t.model.norm.weight.mul_(NORM_SCALE)  # sharper logits: fewer near-ties along the greedy paths

@@ -8,6 +8,10 @@
   ``model.language_model.*`` (and ``model.multi_modal_projector.linear_{1,2}``), no audio ``k_proj.bias`` (a
   per-query constant that softmax cancels: loaded as zeros).
 
+Qwen3-ForcedAligner checkpoints are the same network with another head: ``thinker_config.model_type`` names the
+forced aligner, ``classify_num`` gives its time classes (``lm_head`` is (classes, hidden), never tied), and the
+top-level ``timestamp_token_id`` and ``timestamp_segment_time`` (ms a class) say how its answer is read.
+
 Every layout is renamed onto :mod:`omnid.engine.qwen3_asr.model`'s names (``audio.*``, ``text.*``), checked tensor by
 tensor against the shapes the config implies (file and tensor named), and unquantized tensors widened to float32.
 """
@@ -54,6 +58,11 @@ class TextDims:
     rope_theta: float
     rms_norm_eps: float
     tied: bool
+    classes: int = 0  # a forced aligner's head: this many time classes instead of the vocabulary
+
+    @property
+    def head_rows(self) -> int:
+        return self.classes or self.vocab_size
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,14 @@ class Quantization:
 
 
 @dataclass(frozen=True)
+class Timestamps:
+    """How a forced aligner's answer is read: the marker token whose positions are classified, and the ms a class."""
+
+    token_id: int
+    segment_ms: float
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     folder: Path
     layout: str
@@ -81,6 +98,7 @@ class Checkpoint:
     quantized: dict[str, Quantization]  # module path -> how its weight is packed
     files: tuple[Path, ...]
     head_differs: bool = False  # a stored lm_head that a tied config ignores is not the embedding
+    timestamps: Timestamps | None = None  # a forced aligner's (None: a transcription model)
 
 
 def is_qwen3_asr(folder: Path) -> bool:
@@ -124,7 +142,15 @@ def load_checkpoint(folder: Path) -> Checkpoint:
     head = renamed.get("lm_head.weight")
     differs = bool(text.tied and head is not None and "text.embed_tokens" not in quantized
                    and not mx.array_equal(head[0].astype(mx.float32), weights["text.embed_tokens.weight"]).item())
-    return Checkpoint(folder, layout, audio, text, ids, languages, weights, quantized, files, differs)
+    timestamps = None
+    if text.classes:
+        section = raw if "timestamp_token_id" in raw else thinker
+        timestamps = Timestamps(_field(section, "timestamp_token_id", int, config_path),
+                                _field(section, "timestamp_segment_time", float, config_path))
+        if not 0 <= timestamps.token_id < text.vocab_size or timestamps.segment_ms <= 0:
+            raise CheckpointError(f"{config_path}: timestamp_token_id must be a token of the vocabulary and "
+                                  "timestamp_segment_time positive")
+    return Checkpoint(folder, layout, audio, text, ids, languages, weights, quantized, files, differs, timestamps)
 
 
 def _field(section: dict[str, Any], key: str, kind: type, path: Path, default: Any = None) -> Any:
@@ -148,12 +174,17 @@ def _dims(thinker: dict[str, Any], path: Path) -> tuple[AudioDims, TextDims]:
     heads = _field(t, "num_attention_heads", int, path)
     hidden = _field(t, "hidden_size", int, path)
     tied = t.get("tie_word_embeddings", thinker.get("tie_word_embeddings", True))
+    classes = 0
+    if "forced_aligner" in str(thinker.get("model_type", "")):  # the official test: its head classifies times
+        classes, tied = _field(thinker, "classify_num", int, path), False
+        if classes < 2:
+            raise CheckpointError(f"{path}: classify_num must be at least 2")
     text = TextDims(
         vocab_size=_field(t, "vocab_size", int, path), hidden_size=hidden,
         intermediate_size=_field(t, "intermediate_size", int, path), layers=_field(t, "num_hidden_layers", int, path),
         heads=heads, kv_heads=_field(t, "num_key_value_heads", int, path),
         head_dim=_field(t, "head_dim", int, path, hidden // heads), rope_theta=_field(t, "rope_theta", float, path),
-        rms_norm_eps=_field(t, "rms_norm_eps", float, path), tied=bool(tied),
+        rms_norm_eps=_field(t, "rms_norm_eps", float, path), tied=bool(tied), classes=classes,
     )
     if audio.d_model % audio.heads or text.heads % text.kv_heads or audio.n_window <= 0 or audio.n_window_infer <= 0:
         raise CheckpointError(f"{path}: inconsistent dimensions (heads must divide the width, query heads the "
@@ -226,7 +257,7 @@ def expected_shapes(a: AudioDims, t: TextDims) -> dict[str, tuple[int, ...]]:
             p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
         })
     if not t.tied:
-        shapes["lm_head.weight"] = (t.vocab_size, h)
+        shapes["lm_head.weight"] = (t.head_rows, h)
     return shapes
 
 

@@ -99,6 +99,22 @@ class NumpyDecoder:
             check()
         return self.head @ self._rms(h[-1], self.norm)
 
+    def hidden(self, x: np.ndarray, rows: np.ndarray, check: Callable[[], None]) -> np.ndarray:
+        """(positions, hidden) prompt embeddings -> the final (normed) hidden states at ``rows``, in a single causal
+        pass (a forced aligner reads its answer there)."""
+        n = x.shape[0]
+        self.keys = [np.empty((self.kv_heads, n, self.head_dim), np.float32) for _ in self.layers]
+        self.values = [np.empty((self.kv_heads, n, self.head_dim), np.float32) for _ in self.layers]
+        self.length = 0
+        out = []
+        for first in range(0, n, BLOCK):
+            h = self._forward(x[first : first + BLOCK])
+            wanted = rows[(rows >= first) & (rows < first + len(h))] - first
+            out.append(self._rms(h[wanted], self.norm))
+            check()
+        self.keys, self.values = [], []
+        return np.concatenate(out)
+
     def _forward(self, x: np.ndarray) -> np.ndarray:
         """(positions, hidden) at the next positions, causal over everything before: the new hidden states."""
         pos = self.length

@@ -24,7 +24,7 @@ from omnid.engine import pins as pinning
 from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import Capabilities, Hypothesis
 from omnid.engine.logmel import HOP_LENGTH, N_FFT, log_mel_spectrogram
-from omnid.engine.qwen3_asr.checkpoint import load_checkpoint
+from omnid.engine.qwen3_asr.checkpoint import Checkpoint, load_checkpoint
 from omnid.engine.qwen3_asr.cpu_decoder import NumpyDecoder
 from omnid.engine.qwen3_asr.model import KVCache, Qwen3ASR
 from omnid.engine.qwen3_asr.prompt import CODES, NAMES, parse, prompt_ids
@@ -61,6 +61,45 @@ class Generation:
     logprob: float  # sum over tokens
 
 
+@dataclass(frozen=True)
+class Network:
+    """A loaded Qwen3-ASR network (a transcription model's or a forced aligner's) and its tokenizer."""
+
+    checkpoint: Checkpoint
+    model: Qwen3ASR
+    tokenizer: QwenTokenizer
+    pin_report: dict[str, str]
+
+
+def load_network(folder: Path, pins: Mapping[str, str] | None) -> Network:
+    """The checkpoint, checked against its pins and its tokenizer, built into the MLX model."""
+    ckpt = load_checkpoint(folder)
+    pin_report = pinning.verify(list(ckpt.files) + tokenizer_files(folder), pins or {})
+    tokenizer = QwenTokenizer.from_folder(folder)
+    ids = tokenizer.ids
+    if (ckpt.ids.audio_pad, ckpt.ids.audio_start) != (ids.audio_pad, ids.audio_start) or (
+            ckpt.ids.audio_end not in (None, ids.audio_end)):
+        raise CheckpointError(f"{folder / 'config.json'}: audio token ids {ckpt.ids} differ from the tokenizer's")
+    if tokenizer.size > ckpt.text.vocab_size:
+        raise CheckpointError(f"{folder / 'tokenizer_config.json'}: {tokenizer.size} tokens for an embedding of "
+                              f"{ckpt.text.vocab_size} rows")
+    model = Qwen3ASR(ckpt.audio, ckpt.text)
+    # Exactly the modules the checkpoint packed, each at its own width (mixed-precision checkpoints exist).
+    nn.quantize(model, class_predicate=lambda path, _module: (
+        {"group_size": q.group_size, "bits": q.bits} if (q := ckpt.quantized.get(path)) else False))
+    model.load_weights(list(ckpt.weights.items()), strict=True)
+    mx.eval(model.parameters())
+    return Network(ckpt, model, tokenizer, pin_report)
+
+
+def numpy_decoder(net: Network, wanted: bool | None) -> NumpyDecoder | None:
+    """The decoder in numpy on the CPU backend (see cpu_decoder.py: twice as fast there); None for MLX's, on Metal
+    and for quantized decoders, which numpy cannot multiply. ``wanted``: forced on or off (tests)."""
+    if wanted is None:
+        wanted = mx.default_device() == mx.cpu and not net.checkpoint.quantized
+    return NumpyDecoder(net.model, net.checkpoint.text) if wanted else None
+
+
 class Qwen3AsrEngine:
     kind = "qwen3_asr"
 
@@ -70,29 +109,16 @@ class Qwen3AsrEngine:
         self.model_id = model_id
         self.folder = Path(folder)
         self.options = options
-        ckpt = load_checkpoint(self.folder)
-        self.pin_report = pinning.verify(list(ckpt.files) + tokenizer_files(self.folder), pins or {})
-        self.tokenizer = QwenTokenizer.from_folder(self.folder)
+        net = load_network(self.folder, pins)
+        ckpt = net.checkpoint
+        if ckpt.timestamps is not None:
+            raise CheckpointError(f"{self.folder / 'config.json'}: a Qwen3-ForcedAligner checkpoint, which times "
+                                  "transcripts and transcribes nothing: configure it with kind = "
+                                  '"qwen3_forced_aligner" and name it as a Qwen3-ASR model\'s aligner')
+        self.pin_report, self.tokenizer, self.model = net.pin_report, net.tokenizer, net.model
         ids = self.tokenizer.ids
-        if (ckpt.ids.audio_pad, ckpt.ids.audio_start) != (ids.audio_pad, ids.audio_start) or (
-                ckpt.ids.audio_end not in (None, ids.audio_end)):
-            raise CheckpointError(f"{self.folder / 'config.json'}: audio token ids {ckpt.ids} differ from the "
-                                  "tokenizer's")
-        if self.tokenizer.size > ckpt.text.vocab_size:
-            raise CheckpointError(f"{self.folder / 'tokenizer_config.json'}: {self.tokenizer.size} tokens for an "
-                                  f"embedding of {ckpt.text.vocab_size} rows")
         self.eos = (ids.im_end, ids.endoftext)
-        self.model = Qwen3ASR(ckpt.audio, ckpt.text)
-        # Exactly the modules the checkpoint packed, each at its own width (mixed-precision checkpoints exist).
-        nn.quantize(self.model, class_predicate=lambda path, _module: (
-            {"group_size": q.group_size, "bits": q.bits} if (q := ckpt.quantized.get(path)) else False))
-        self.model.load_weights(list(ckpt.weights.items()), strict=True)
-        mx.eval(self.model.parameters())
-        # The decoder in numpy on the CPU backend (see cpu_decoder.py: twice as fast there); MLX's on Metal, and
-        # for quantized decoders, which numpy cannot multiply.
-        if cpu_decoder is None:
-            cpu_decoder = mx.default_device() == mx.cpu and not ckpt.quantized
-        self.cpu_decoder = NumpyDecoder(self.model, ckpt.text) if cpu_decoder else None
+        self.cpu_decoder = numpy_decoder(net, cpu_decoder)
         if ckpt.head_differs:
             log.warning("tied_head_differs", model=model_id, detail="lm_head.weight is stored but differs from the "
                         "embedding; the config ties them, so the embedding is the head")
@@ -118,11 +144,7 @@ class Qwen3AsrEngine:
     # --- the model, step by step (also what the parity tests call) -------------------------------------------------
 
     def mel(self, audio: np.ndarray) -> mx.array:
-        """(frames, 128) log-mel as Hugging Face's WhisperFeatureExtractor computes it: N // 160 frames."""
-        audio = np.asarray(audio, dtype=np.float32)
-        if audio.size < N_FFT:  # the reflect padding needs at least this much
-            audio = np.concatenate([audio, np.zeros(N_FFT - audio.size, np.float32)])
-        return log_mel_spectrogram(audio, self.model.audio.dims.n_mels, tail=0)
+        return features_mel(audio, self.model.audio.dims.n_mels)
 
     def encode(self, audio: np.ndarray, check: Check = lambda: None) -> mx.array:
         return self.model.audio(self.mel(audio), check)
@@ -223,7 +245,7 @@ class Qwen3AsrEngine:
                    on_progress: Callable[[float, float], None] | None = None) -> Transcript:
         """16 kHz mono float32 samples -> transcript. Audio past ``max_chunk_s`` is split at quiet points, each
         chunk decoded with its own token budget and its own detected language (unless one is forced)."""
-        audio = _normalized(audio)
+        audio = normalized(audio)
         duration = len(audio) / SAMPLE_RATE
         segments: list[Segment] = []
         generated, finish = 0, "stop"
@@ -347,7 +369,15 @@ def _transcript(segments: list[Segment], opts: TranscribeOptions, duration: floa
                       generated_tokens=generated, finish_reason=finish)
 
 
-def _normalized(audio: np.ndarray) -> np.ndarray:
+def features_mel(audio: np.ndarray, n_mels: int) -> mx.array:
+    """(frames, n_mels) log-mel as Hugging Face's WhisperFeatureExtractor computes it: N // 160 frames."""
+    audio = np.asarray(audio, dtype=np.float32)
+    if audio.size < N_FFT:  # the reflect padding needs at least this much
+        audio = np.concatenate([audio, np.zeros(N_FFT - audio.size, np.float32)])
+    return log_mel_spectrogram(audio, n_mels, tail=0)
+
+
+def normalized(audio: np.ndarray) -> np.ndarray:
     """Float samples as the official loader leaves them: divided by the peak when it is over 1."""
     audio = np.asarray(audio, dtype=np.float32)
     peak = float(np.abs(audio).max()) if audio.size else 0.0

@@ -276,7 +276,7 @@ class Qwen3ASR(nn.Module):
         self.audio = AudioEncoder(audio)
         self.text = TextDecoder(text)
         if not text.tied:
-            self.lm_head = nn.Linear(text.hidden_size, text.vocab_size, bias=False)
+            self.lm_head = nn.Linear(text.hidden_size, text.head_rows, bias=False)
         self.tied = text.tied
 
     def new_caches(self) -> list[KVCache]:
