@@ -132,6 +132,7 @@ class Qwen3AsrConfig(msgspec.Struct, forbid_unknown_fields=True):
     stream_unfixed_decodes: int = 2
     stream_rollback_tokens: int = 5
     preview_max_new_tokens: int = 32
+    timed_segment_max_s: float = 10.0
 
 
 class DiarizationConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -147,9 +148,11 @@ class DiarizationConfig(msgspec.Struct, forbid_unknown_fields=True):
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
     id: str
-    kind: Literal["whisper", "qwen3_asr", "sortformer"] = "whisper"
+    kind: Literal["whisper", "qwen3_asr", "sortformer", "qwen3_forced_aligner"] = "whisper"
     path: str = ""
     package: str = ""
+    # A qwen3_asr model's forced aligner (the id of a qwen3_forced_aligner model): it times the transcripts.
+    aligner: str = ""
     # Other names requests may use for this model (HTTP `model`, a realtime session's model).
     aliases: list[str] = msgspec.field(default_factory=list)
 
@@ -340,6 +343,17 @@ def _check_values(config: Config) -> None:
         raise ConfigError(f"transcription.default_model: {t.default_model!r} is not among models")
     if config.model(t.default_model).kind == "sortformer":
         raise ConfigError(f"transcription.default_model: {t.default_model!r} is a diarization model")
+    if config.model(t.default_model).kind == "qwen3_forced_aligner":
+        raise ConfigError(f"transcription.default_model: {t.default_model!r} is a forced aligner")
+    for m in config.models:
+        if m.aligner and m.kind != "qwen3_asr":
+            raise ConfigError(f"models: {m.id!r} names an aligner, which only a qwen3_asr model takes")
+        if m.aligner and (m.aligner not in ids or config.model(m.aligner).kind != "qwen3_forced_aligner"):
+            raise ConfigError(f"models: {m.id!r} names aligner {m.aligner!r}, which is no qwen3_forced_aligner "
+                              "model among models")
+    q = config.qwen3_asr
+    if not 1.0 <= q.timed_segment_max_s <= 60.0:
+        raise ConfigError("qwen3_asr.timed_segment_max_s must be in [1, 60]")
 
 
 def _check_realtime(r: RealtimeConfig) -> None:

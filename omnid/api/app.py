@@ -62,7 +62,8 @@ def _status(runtime) -> str:
 
 async def models(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
-    cards = [ModelCard(name, kind=services.kind(name)) for name in [*services.transcribers, *services.diarizers]]
+    names = [*services.transcribers, *services.aligners, *services.diarizers]
+    cards = [ModelCard(name, kind=services.kind(name)) for name in names]
     if services.vad is not None:
         cards.append(ModelCard(services.vad.name, kind=services.kind(services.vad.name)))
     return json_response(ModelList(cards))

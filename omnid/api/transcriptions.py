@@ -83,7 +83,6 @@ class ErrorEvent(msgspec.Struct, tag_field="type", tag="error"):
 def parse(form: Form, services) -> Request:
     model_id = (form.get("model") or "").strip()
     runtime = _model(model_id, services)
-    engine = runtime.engine
     fmt = (form.get("response_format") or "json").strip()
     if fmt not in FORMATS + SPEAKER_FORMATS:
         raise invalid("response_format", f"response_format must be one of {', '.join(FORMATS + SPEAKER_FORMATS)}, "
@@ -95,7 +94,7 @@ def parse(form: Form, services) -> Request:
             raise invalid("timestamp_granularities[]", f"timestamp_granularities[] must be 'segment' or 'word', got {shown(g)}")
     if grans and fmt != "verbose_json":
         raise invalid("timestamp_granularities[]", "timestamp_granularities[] needs response_format=verbose_json")
-    can = engine.capabilities
+    can = transcription.capabilities(runtime)
     if "word" in grans and not can.word_timestamps:
         raise invalid("timestamp_granularities[]", f"model {runtime.name} gives no word timestamps", "unsupported_value")
     if fmt in TIMED_FORMATS and not can.timestamps:
@@ -135,6 +134,9 @@ def parse(form: Form, services) -> Request:
         max_new_tokens=max_new_tokens,
         # Speakers are assigned word by word where the model times words.
         word_timestamps="word" in grans or (diarizer is not None and can.word_timestamps),
+        # A model with a forced aligner times what will show times (not a stream: it sends text as it comes).
+        timed=runtime.aligner is not None and not stream and (fmt in TIMED_FORMATS | {"verbose_json"}
+                                                               or diarizer is not None),
     )
     return Request(runtime, options, fmt, stream, metadata, vad_filter, form.file, "word" in grans, diarizer)
 

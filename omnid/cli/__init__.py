@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--temperature", type=_temperature, default=0.0, help="sampling temperature (fallback rises from it)")
     t.add_argument("--format", "-f", default="text", choices=["text", "json", "verbose_json", "srt", "vtt"])
     t.add_argument("--word-timestamps", action="store_true", help="words with start/end times (verbose_json)")
+    t.add_argument("--aligner", help="a Qwen3-ForcedAligner (configured id or checkpoint folder) to time a Qwen3-ASR "
+                                     "model's transcript (srt, vtt, verbose_json, --word-timestamps)")
     t.add_argument("--output-dir", "-o", type=Path, help="write FILE.<ext> there instead of printing")
     t.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
 

@@ -7,6 +7,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+import msgspec
+
 from omnid.audio import AudioDecodeError, decode_audio
 from omnid.cli.progress import Progress
 from omnid.config import Config, ConfigError, ModelConfig
@@ -23,7 +25,7 @@ from omnid.runtime.catalog import (
     UnsupportedLanguage,
     resolve_language,
 )
-from omnid.runtime.models import model_runtime, transcribe_options
+from omnid.runtime.models import transcribe_options, transcriber_runtime
 from omnid.runtime.scheduler import EngineRuntime
 
 
@@ -36,8 +38,10 @@ def folder_model(folder: Path) -> ModelConfig:
     raise ConfigError(f"--model: {folder} holds no Whisper or Qwen3-ASR checkpoint")
 
 
-async def start_model(config: Config, model_id: str | None) -> EngineRuntime[TranscriptionEngine]:
-    """A configured model by id or alias, or a checkpoint folder given by its path."""
+async def start_model(config: Config, model_id: str | None, aligner: str | None = None
+                      ) -> EngineRuntime[TranscriptionEngine]:
+    """A configured model by id or alias, or a checkpoint folder given by its path; with its aligner (its
+    configured one, or ``aligner``: a configured id or a folder)."""
     if model_id and Path(model_id).expanduser().is_dir() and model_id not in {m.id for m in config.models}:
         model = folder_model(Path(model_id).expanduser())
     else:
@@ -45,10 +49,42 @@ async def start_model(config: Config, model_id: str | None) -> EngineRuntime[Tra
             model = config.model(ModelCatalog.from_config(config).resolve(model_id))
         except (UnknownModel, NotTranscription) as exc:
             raise ConfigError(f"--model: no transcription model or checkpoint folder {model_id!r}") from exc
-    runtime = model_runtime(model, config)
-    runtime.start()
-    await runtime.wait_loaded()
+    if aligner:
+        if model.kind != "qwen3_asr":
+            raise ConfigError(f"--aligner: model {model.id} is not a Qwen3-ASR model (only those take an aligner)")
+        model = msgspec.structs.replace(model, aligner=aligner_model(config, aligner).id)
+        if aligner not in {m.id for m in config.models}:
+            config = msgspec.structs.replace(config, models=[*config.models, aligner_model(config, aligner)])
+    runtime, timing = transcriber_runtime(model, config)
+    for r in (runtime, timing):
+        if r is not None:
+            r.start()
+    try:
+        await asyncio.gather(*(r.wait_loaded() for r in (runtime, timing) if r is not None))
+    except BaseException:
+        close(runtime)
+        raise
     return runtime
+
+
+def aligner_model(config: Config, value: str) -> ModelConfig:
+    """--aligner: a configured qwen3_forced_aligner model, or a checkpoint folder."""
+    configured = {m.id: m for m in config.models}
+    if value in configured:
+        if configured[value].kind != "qwen3_forced_aligner":
+            raise ConfigError(f"--aligner: model {value} is not a forced aligner")
+        return configured[value]
+    folder = Path(value).expanduser()
+    if not folder.is_dir():
+        raise ConfigError(f"--aligner: no forced aligner or checkpoint folder {value!r}")
+    return ModelConfig(id=folder.name + "-aligner", kind="qwen3_forced_aligner", path=str(folder))
+
+
+def close(runtime: EngineRuntime[TranscriptionEngine]) -> None:
+    """The runtime and its aligner's."""
+    runtime.close()
+    if runtime.aligner is not None:
+        runtime.aligner.close()
 
 
 def language_option(engine: TranscriptionEngine, value: str | None) -> str | None:
@@ -62,9 +98,10 @@ def language_option(engine: TranscriptionEngine, value: str | None) -> str | Non
                           f"(only {', '.join(engine.capabilities.languages[:8])})") from None
 
 
-def check_options(engine: TranscriptionEngine, args: argparse.Namespace) -> None:
+def check_options(runtime: EngineRuntime[TranscriptionEngine], args: argparse.Namespace) -> None:
     """What this model cannot do is refused before any audio is read, naming the option."""
-    can = engine.capabilities
+    engine = runtime.engine
+    can = transcription.capabilities(runtime)
     if args.temperature and not can.temperature:
         raise ConfigError(f"--temperature: model {engine.model_id} decodes greedily only")
     if args.word_timestamps and not can.word_timestamps:
@@ -74,12 +111,12 @@ def check_options(engine: TranscriptionEngine, args: argparse.Namespace) -> None
 
 
 async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
-    runtime = await start_model(config, args.model)
+    runtime = await start_model(config, args.model, args.aligner)
     engine = runtime.engine
     try:
-        check_options(engine, args)
+        check_options(runtime, args)
     except ConfigError:
-        runtime.close()
+        close(runtime)
         raise
     opts = transcribe_options(
         config.transcription,
@@ -88,6 +125,7 @@ async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
         temperature=args.temperature,
         window=args.window,
         word_timestamps=args.word_timestamps,
+        timed=runtime.aligner is not None and (args.format in ("srt", "vtt", "verbose_json") or args.word_timestamps),
     )
     failures = 0
     try:
@@ -107,7 +145,7 @@ async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
                 sys.stdout.write(text if text.endswith("\n") else text + "\n")
                 sys.stdout.flush()
     finally:
-        runtime.close()
+        close(runtime)
     return 1 if failures else 0
 
 

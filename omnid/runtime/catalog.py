@@ -40,17 +40,19 @@ class ModelCatalog:
     kinds: dict[str, str]  # model id -> kind
     vad_id: str
     diarizers: frozenset[str] = frozenset()  # ids and aliases of diarization models
+    aligners: frozenset[str] = frozenset()  # ids and aliases of forced aligners
 
     @classmethod
     def from_config(cls, config: Config) -> ModelCatalog:
         names = {name: config.transcription.default_model for name in OPENAI_NAMES}
-        transcribers = [m for m in config.models if m.kind != "sortformer"]
+        transcribers = [m for m in config.models if m.kind not in ("sortformer", "qwen3_forced_aligner")]
         for model in transcribers:
             names |= {alias: model.id for alias in model.aliases}
         names |= {model.id: model.id for model in transcribers}
         diarizers = frozenset(n for m in config.models if m.kind == "sortformer" for n in (m.id, *m.aliases))
+        aligners = frozenset(n for m in config.models if m.kind == "qwen3_forced_aligner" for n in (m.id, *m.aliases))
         return cls(config.transcription.default_model, names, {m.id: m.kind for m in config.models}, config.vad.id,
-                   diarizers)
+                   diarizers, aligners)
 
     def resolve(self, name: str | None) -> str:
         """The transcription model a request names (blank: the default)."""
@@ -63,6 +65,9 @@ class ModelCatalog:
             raise NotTranscription(f"model {key!r} is a voice activity detector, not a transcription model")
         if key in self.diarizers:
             raise NotTranscription(f"model {key!r} is a speaker diarization model, not a transcription model")
+        if key in self.aligners:
+            raise NotTranscription(f"model {key!r} is a forced aligner (it times a Qwen3-ASR model's transcripts), "
+                                   "not a transcription model")
         raise UnknownModel(key)
 
 

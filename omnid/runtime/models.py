@@ -17,6 +17,7 @@ from omnid.config import (
 )
 from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.qwen3_aligner.engine import Qwen3AlignerEngine
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
 from omnid.engine.sortformer.engine import SortformerEngine
 from omnid.engine.whisper.decoding import DecodeOptions
@@ -53,7 +54,8 @@ def whisper_engine(model: ModelConfig) -> Callable[[], TranscriptionEngine]:
 def qwen3_asr_engine(model: ModelConfig, config: Config) -> Callable[[], TranscriptionEngine]:
     folder = model_folder(model)
     pins = load_pins().get(model.id, {})
-    options = QwenOptions(**msgspec.structs.asdict(config.qwen3_asr))
+    options = QwenOptions(**{k: v for k, v in msgspec.structs.asdict(config.qwen3_asr).items()
+                             if k != "timed_segment_max_s"})
     return named(folder, lambda: Qwen3AsrEngine(model.id, folder, pins, options))
 
 
@@ -62,6 +64,26 @@ ENGINES: dict[str, Callable[[ModelConfig, Config], Callable[[], TranscriptionEng
     "whisper": lambda model, _config: whisper_engine(model),
     "qwen3_asr": qwen3_asr_engine,
 }
+
+
+def aligner_runtime(model: ModelConfig, config: Config) -> EngineRuntime[Qwen3AlignerEngine]:
+    """A forced aligner's runtime: its jobs come after their transcription's, at that job's priority."""
+    folder = model_folder(model)
+    pins = load_pins().get(model.id, {})
+    segment_max_s = config.qwen3_asr.timed_segment_max_s
+    return EngineRuntime(model.id, named(folder, lambda: Qwen3AlignerEngine(model.id, folder, pins,
+                                                                            segment_max_s=segment_max_s)),
+                         config.engine.max_queue, final_reserve=config.realtime.max_sessions,
+                         idle_clear_s=config.engine.idle_clear_s)
+
+
+def transcriber_runtime(model: ModelConfig, config: Config) -> tuple[EngineRuntime[TranscriptionEngine],
+                                                                     EngineRuntime[Qwen3AlignerEngine] | None]:
+    """A transcription model's runtime, and its aligner's (attached to it) when it names one."""
+    runtime = model_runtime(model, config)
+    if model.aligner:
+        runtime.aligner = aligner_runtime(config.model(model.aligner), config)
+    return runtime, runtime.aligner
 
 
 def diarizer_runtime(model: ModelConfig, config: Config) -> EngineRuntime[SortformerEngine]:
@@ -90,6 +112,7 @@ def transcribe_options(
     max_new_tokens: int | None = None,
     window: str | None = None,
     word_timestamps: bool = False,
+    timed: bool = False,
 ) -> TranscribeOptions:
     return TranscribeOptions(
         language=language,
@@ -100,6 +123,7 @@ def transcribe_options(
         condition_on_previous_text=t.condition_on_previous_text,
         max_new_tokens=max_new_tokens or None,
         word_timestamps=word_timestamps,
+        timed=timed,
         window=window or t.window,
         content_padding_s=t.content_padding_s,
         content_min_window_s=t.content_min_window_s,

@@ -11,11 +11,12 @@ import structlog
 
 from omnid.config import Config
 from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.qwen3_aligner.engine import Qwen3AlignerEngine
 from omnid.engine.sortformer.engine import SortformerEngine
 from omnid.metrics import Metrics
 from omnid.runtime.allocator import HeapTrimmer, limit_arenas
 from omnid.runtime.catalog import ModelCatalog
-from omnid.runtime.models import diarizer_runtime, model_runtime
+from omnid.runtime.models import aligner_runtime, diarizer_runtime, model_runtime
 from omnid.runtime.scheduler import EngineRuntime
 from omnid.vad.batcher import VadBatcher
 from omnid.vad.silero import SileroVAD
@@ -28,6 +29,7 @@ class Services:
     config: Config
     transcribers: dict[str, EngineRuntime[TranscriptionEngine]] = field(default_factory=dict)
     diarizers: dict[str, EngineRuntime[SortformerEngine]] = field(default_factory=dict)
+    aligners: dict[str, EngineRuntime[Qwen3AlignerEngine]] = field(default_factory=dict)
     vad: EngineRuntime[SileroVAD] | None = None
     vad_batcher: VadBatcher | None = None
     ready: bool = False
@@ -47,8 +49,13 @@ class Services:
         for model in config.models:
             if model.kind == "sortformer":
                 services.diarizers[model.id] = diarizer_runtime(model, config)
+            elif model.kind == "qwen3_forced_aligner":
+                services.aligners[model.id] = aligner_runtime(model, config)
             else:
                 services.transcribers[model.id] = model_runtime(model, config)
+        for model in config.models:  # one aligner runtime, however many models it times
+            if model.aligner:
+                services.transcribers[model.id].aligner = services.aligners[model.aligner]
         weights = Path(config.vad.weights).expanduser() if config.vad.weights else None
         # The realtime batcher has at most one job queued at a time, at FINAL priority: the reserve keeps a queue
         # full of file requests from ever refusing a live session's audio.
@@ -79,7 +86,8 @@ class Services:
         return self.catalog.kinds[name]
 
     def runtimes(self) -> list[EngineRuntime]:
-        return [*self.transcribers.values(), *self.diarizers.values(), *([self.vad] if self.vad else [])]
+        return [*self.transcribers.values(), *self.aligners.values(), *self.diarizers.values(),
+                *([self.vad] if self.vad else [])]
 
     async def start(self) -> None:
         """Loads every engine on its own thread; raises the first load failure."""

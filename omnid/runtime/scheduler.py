@@ -121,6 +121,8 @@ class EngineRuntime(Generic[E]):
         self._loaded = threading.Event()
         self._load_error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name=f"engine-{name}", daemon=True)
+        # A transcription model's forced aligner, whose runtime times its transcripts (runtime/transcription.py).
+        self.aligner: EngineRuntime | None = None
         # Told of every job that ran to completion: (engine name, queue wait s, run s, audio s or None).
         # Called on the worker thread.
         self.observer: Callable[[str, float, float, float | None], None] | None = None

@@ -6,12 +6,22 @@ batched jobs."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import cast
 
 import numpy as np
 
 from omnid.audio import SAMPLE_RATE
-from omnid.engine.interface import BatchingEngine, Hypothesis, Program, RedecodingEngine, TranscriptionEngine
+from omnid.engine.interface import (
+    BatchingEngine,
+    Capabilities,
+    Hypothesis,
+    Program,
+    RedecodingEngine,
+    TranscriptionEngine,
+)
+from omnid.engine.languages import LANGUAGES
+from omnid.engine.qwen3_aligner.aligned import timed_segments
 from omnid.engine.transcript import Segment, Transcript
 from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.runtime.scheduler import EngineRuntime, Priority
@@ -21,11 +31,49 @@ from omnid.vad.stream import probabilities
 Runtime = EngineRuntime[TranscriptionEngine]
 
 
+def capabilities(runtime: Runtime) -> Capabilities:
+    """What a model offers, with its forced aligner's times where it has one (Qwen3-ASR gives none by itself)."""
+    can = runtime.engine.capabilities
+    if runtime.aligner is not None:
+        return replace(can, timestamps=True, word_timestamps=True)
+    return can
+
+
 async def transcribe(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions, *,
                      priority: Priority = Priority.FILE, clips: list[tuple[int, int]] | None = None,
                      on_segment: Callable[[Segment], None] | None = None,
                      on_progress: Callable[[float, float], None] | None = None) -> Transcript:
-    """A whole clip, or only its ``clips`` (sample spans; an empty list is an empty transcript, no model work)."""
+    """A whole clip, or only its ``clips`` (sample spans; an empty list is an empty transcript, no model work).
+    With ``opts.timed`` and a forced aligner, every transcribed chunk is then aligned on the aligner's runtime
+    (at the same priority) and cut into timed segments with words."""
+    transcript = await _transcribe(runtime, audio, opts, priority, clips, on_segment, on_progress)
+    if opts.timed and runtime.aligner is not None:
+        return await _aligned(runtime, transcript, audio, priority)
+    return transcript
+
+
+async def _aligned(runtime: Runtime, transcript: Transcript, audio: np.ndarray, priority: Priority) -> Transcript:
+    aligner = runtime.aligner
+    assert aligner is not None
+    engine = aligner.engine
+    segments: list[Segment] = []
+    for seg in transcript.segments:
+        first, last = round(seg.start * SAMPLE_RATE), round(seg.end * SAMPLE_RATE)
+        chunk = audio[first:last]
+        language = LANGUAGES.get(seg.language or transcript.language or "", "")
+
+        def job(check, chunk=chunk, text=seg.text, language=language):
+            return engine.align(chunk, text, language, check)
+
+        units = await aligner.submit(job, priority, audio_s=len(chunk) / SAMPLE_RATE) if seg.text.strip() else []
+        segments += timed_segments(seg, units, engine.segment_max_s)
+    segments = [replace(s, id=i) for i, s in enumerate(segments)]
+    return replace(transcript, segments=segments)
+
+
+async def _transcribe(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions, priority: Priority,
+                      clips: list[tuple[int, int]] | None, on_segment: Callable[[Segment], None] | None,
+                      on_progress: Callable[[float, float], None] | None) -> Transcript:
     engine = runtime.engine
     if clips is not None and not clips:
         return engine.transcribe_clips(audio, [], opts)

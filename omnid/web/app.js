@@ -24,7 +24,9 @@ async function loadModels() {
   const select = $("model");
   try {
     const list = await getJson("/v1/models");
-    const transcribers = list.data.filter((m) => m.kind !== "silero_vad");
+    // Models that transcribe: not the VAD, a diarizer or a forced aligner (they serve the others).
+    const helpers = new Set(["silero_vad", "sortformer", "qwen3_forced_aligner"]);
+    const transcribers = list.data.filter((m) => !helpers.has(m.kind));
     select.replaceChildren(...transcribers.map((m) => new Option(`${m.id} (${m.kind})`, m.id)));
   } catch (error) {
     select.replaceChildren(new Option("default model", ""));

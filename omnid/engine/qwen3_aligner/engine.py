@@ -4,7 +4,7 @@
 The network is Qwen3-ASR's (engine/qwen3_asr: the same loader, encoder and decoder) with a head of time classes.
 Its input is the audio's slots, then each unit of the transcript (words.py) followed by two ``<timestamp>`` tokens
 (its start and its end), with no chat template; one causal pass, and the class predicted at each ``<timestamp>``
-is its time (timestamps.py). Audio is aligned at most ``MAX_SECONDS`` at a time: a Qwen3-ASR transcript timed by
+is its time (timestamps.py). Audio is aligned at most ``LIMIT_S`` at a time (aligned.py): a Qwen3-ASR transcript timed by
 the aligner is cut into chunks no longer than that (as the official timed transcription cuts it).
 
 Synchronous and thread-confined, like every engine: only its runtime's worker thread calls ``align``.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -23,6 +22,7 @@ import structlog
 
 from omnid.audio import SAMPLE_RATE
 from omnid.engine.errors import CheckpointError
+from omnid.engine.qwen3_aligner.aligned import LIMIT_S, AlignedUnit
 from omnid.engine.qwen3_aligner.timestamps import seconds
 from omnid.engine.qwen3_aligner.words import Unit, units
 from omnid.engine.qwen3_asr.engine import features_mel, load_network, normalized, numpy_decoder
@@ -30,28 +30,17 @@ from omnid.engine.qwen3_asr.model import KVCache, audio_token_count
 
 log = structlog.get_logger(__name__)
 Check = Callable[[], None]
-MAX_SECONDS = 180.0  # the official MAX_FORCE_ALIGN_INPUT_SECONDS: the length timed transcription cuts at
-SPLIT_SEARCH_S = 5.0  # the official cut's search for a quiet point around each multiple of it
-LIMIT_S = MAX_SECONDS + SPLIT_SEARCH_S  # the longest chunk such a cut gives
 PREFILL_BLOCK = 1024  # positions per MLX step (the numpy decoder has its own block)
-
-
-@dataclass(frozen=True)
-class AlignedUnit:
-    text: str  # the unit as aligned (letters, digits and apostrophes of a word, or one ideograph)
-    start: float  # seconds from the audio's start
-    end: float
-    char_start: int  # where it lies in the transcript
-    char_end: int
 
 
 class Qwen3AlignerEngine:
     kind = "qwen3_forced_aligner"
 
     def __init__(self, model_id: str, folder: Path, pins: Mapping[str, str] | None = None,
-                 cpu_decoder: bool | None = None):
+                 cpu_decoder: bool | None = None, segment_max_s: float = 10.0):
         started = time.perf_counter()
         self.model_id = model_id
+        self.segment_max_s = segment_max_s  # timed segments are cut before they pass this (aligned.timed_segments)
         self.folder = Path(folder)
         net = load_network(self.folder, pins)
         if net.checkpoint.timestamps is None:

@@ -24,6 +24,8 @@ from omnid.engine import pins as pinning
 from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import Capabilities, Hypothesis
 from omnid.engine.logmel import HOP_LENGTH, N_FFT, log_mel_spectrogram
+from omnid.engine.qwen3_aligner.aligned import MAX_SECONDS as ALIGNER_CHUNK_S
+from omnid.engine.qwen3_aligner.aligned import SPLIT_SEARCH_S as ALIGNER_SEARCH_S
 from omnid.engine.qwen3_asr.checkpoint import Checkpoint, load_checkpoint
 from omnid.engine.qwen3_asr.cpu_decoder import NumpyDecoder
 from omnid.engine.qwen3_asr.model import KVCache, Qwen3ASR
@@ -251,7 +253,10 @@ class Qwen3AsrEngine:
         generated, finish = 0, "stop"
         if len(audio) < HOP_LENGTH:  # not one frame of audio: nothing to hear, and the model would invent words
             return _transcript([], opts, duration, 0, "stop")
-        for start, chunk in split_long_audio(audio, self.options.max_chunk_s, self.options.split_search_s):
+        max_chunk_s, search_s = self.options.max_chunk_s, self.options.split_search_s
+        if opts.timed:  # chunks the aligner takes, cut as the official timed transcription cuts them
+            max_chunk_s, search_s = ALIGNER_CHUNK_S, ALIGNER_SEARCH_S
+        for start, chunk in split_long_audio(audio, max_chunk_s, search_s):
             check()
             seconds = len(chunk) / SAMPLE_RATE
             gen, language, text = self._decode(chunk, opts, check)

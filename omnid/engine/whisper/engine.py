@@ -57,6 +57,9 @@ class TranscribeOptions:
     condition_on_previous_text: bool = False
     max_new_tokens: int | None = None
     word_timestamps: bool = False
+    # The transcript will be timed by the model's forced aligner (Qwen3-ASR): its chunks are cut no longer than
+    # the aligner takes, as the official timed transcription cuts them.
+    timed: bool = False
     # "full": every window padded to 30 s as Whisper was trained (parity with faster-whisper);
     # "content": a short last window is encoded at its own length, which is much cheaper on a CPU.
     window: str = "full"
