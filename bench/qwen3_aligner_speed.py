@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import omnid  # noqa: E402,F401  (OpenBLAS before mlx)
 import qwen3_asr_speed as asr_bench  # noqa: E402
+
+import omnid  # noqa: E402,F401  (OpenBLAS before mlx)
 
 CLASSES, TIMESTAMP, SEGMENT_MS = 5000, 151705, 80
 

@@ -132,7 +132,7 @@ def test_the_numpy_decode_steps_are_the_mlx_steps(engine, speech):
             sequence, self_kv, cross, logits = starts[i]
             sequence.choose(logits.copy())
             for batch in (mlx_batch, cpu_batch):
-                batch.join(i, sequence, self_kv, cross)
+                batch.join(i, sequence, (self_kv, cross))
         for batch in (mlx_batch, cpu_batch):
             batch.leave(leaves.get(step, []))
         expected = mlx_batch.step()

@@ -142,7 +142,7 @@ def test_prompt_and_prefill_logits_match(engine: Qwen3AsrEngine, case: str) -> N
     assert (logits.argmax(-1) == arrays()[f"{case}/argmax"])[clear].all()
     if engine.cpu_decoder is not None:  # the numpy decoder's prefill too (the last position: what decoding uses)
         x = np.array(engine.model.embed(ids, engine.tokenizer.ids.audio_pad, features)[0])
-        assert np.abs(engine.cpu_decoder.prefill(x, 1, lambda: None) - tail[-1]).max() <= 1e-3
+        assert np.abs(engine.cpu_decoder.prefill(x, 1, lambda: None)[1] - tail[-1]).max() <= 1e-3
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -198,14 +198,14 @@ def test_streaming_recipe_gives_the_official_ids_step_by_step(engine: Qwen3AsrEn
 
 
 def test_a_long_prompt_is_prefilled_in_blocks_with_the_same_result(engine: Qwen3AsrEngine, monkeypatch) -> None:
+    import omnid.engine.qwen3_asr.batch as qwen_batch
     import omnid.engine.qwen3_asr.cpu_decoder as cpu_decoder
-    import omnid.engine.qwen3_asr.engine as qwen_engine
 
     c = meta()["cases"]["long_auto"]
     features = engine.encode(clip(c["clip"]))
     ids = engine.prompt("", features.shape[0])
     whole = engine.generate(ids, features, 12)
-    monkeypatch.setattr(qwen_engine, "PREFILL_BLOCK", 7)  # 142 prompt ids in 21 blocks (MLX decoder)
+    monkeypatch.setattr(qwen_batch, "PREFILL_BLOCK", 7)  # 142 prompt ids in 21 blocks (MLX decoder)
     monkeypatch.setattr(cpu_decoder, "BLOCK", 7)  # (numpy decoder)
     blocked = engine.generate(ids, features, 12)
     assert (blocked.tokens, blocked.finish) == (whole.tokens, whole.finish)

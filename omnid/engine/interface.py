@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from omnid.engine.whisper.engine import TranscribeOptions
 
 Check = Callable[[], None]
-# A job as a generator of the model work it needs, run by its engine's batch (engine/whisper/batch.py).
+# A job as a generator of the model work it needs, run by its engine's batch (engine/programs.py).
 Program = Generator[Any, Any, Any]
 
 
@@ -72,6 +72,9 @@ class RedecodingEngine(TranscriptionEngine, Protocol):
 
     def redecode(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
                  check: Check = ..., final: bool = False) -> Hypothesis: ...
+
+    def redecode_program(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
+                         final: bool = False) -> Program: ...
 
 
 class BatchingEngine(TranscriptionEngine, Protocol):

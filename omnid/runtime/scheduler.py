@@ -6,7 +6,7 @@ stopped at its next check while running. Once the queue has been empty for ``idl
 is released so an idle daemon holds only its weights.
 
 A job is either a plain callable taking a ``check`` function, run alone, or a *program* for an engine that
-batches (``engine.batch()``, see engine/whisper/batch.py): programs run together, up to ``max_batch`` of them,
+batches (``engine.batch()``, see engine/programs.py): programs run together, up to ``max_batch`` of them,
 joining the batch between its steps as they are queued (finals first) and leaving it as they end. A running
 preview yields to a queued final at its next check: a plain one is cancelled; in a batch the final joins at the
 next step, a full batch gives it the place of its newest preview, and an encode of previews alone stops at its
@@ -71,7 +71,7 @@ class Preempted(JobCancelledError):
 
 
 class Batch(Protocol):
-    """What a batching engine's ``batch()`` returns (engine/whisper/batch.py has the one implementation)."""
+    """What a batching engine's ``batch()`` returns (engine/programs.py has the one implementation)."""
 
     def __len__(self) -> int: ...
 

@@ -107,6 +107,9 @@ async def redecode(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions,
                    previous: Hypothesis | None) -> Hypothesis:
     """A re-decoding engine's next hypothesis of an open segment (its streaming recipe), at preview priority."""
     engine = cast(RedecodingEngine, runtime.engine)
+    if runtime.batching:
+        return await runtime.submit_program(lambda e: e.redecode_program(audio, opts, previous), Priority.PREVIEW,
+                                            audio_s=len(audio) / SAMPLE_RATE)
     return await runtime.submit(lambda check: engine.redecode(audio, opts, previous, check), Priority.PREVIEW,
                                 audio_s=len(audio) / SAMPLE_RATE)
 

@@ -64,9 +64,20 @@ class _Layer:
     post_norm: np.ndarray
 
 
+@dataclass
+class Row:
+    """One sequence's keys and values: per layer (kv_heads, capacity, head_dim), the first ``length`` filled."""
+
+    keys: list[np.ndarray]
+    values: list[np.ndarray]
+    length: int = 0
+
+
 class NumpyDecoder:
-    """``prefill`` runs the prompt's embeddings and returns the last position's logits; ``step`` feeds one token
-    and returns the next position's logits. Keys and values stay in buffers sized for the prompt and ``room``."""
+    """``prefill`` runs a prompt's embeddings into a new ``Row`` (its keys and values, in buffers sized for the prompt
+    and ``room``) and returns the last position's logits; ``step`` feeds each of several rows its next token and
+    returns their next logits, the rows' linear maps in one product each (a step reads every weight once, however
+    many sequences take it), each row's attention over its own keys."""
 
     def __init__(self, model: Qwen3ASR, dims: TextDims):
         t = model.text
@@ -84,52 +95,73 @@ class NumpyDecoder:
         self.norm = _view(t.norm.weight)
         self.head = self.embed if model.tied else _view(model.lm_head.weight)
         self.inv_freq = (1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)).astype(np.float32)
-        self.keys: list[np.ndarray] = []
-        self.values: list[np.ndarray] = []
-        self.length = 0
 
-    def prefill(self, x: np.ndarray, room: int, check: Callable[[], None]) -> np.ndarray:
-        """(positions, hidden) prompt embeddings -> the last position's logits."""
-        n = x.shape[0]
-        self.keys = [np.empty((self.kv_heads, n + room, self.head_dim), np.float32) for _ in self.layers]
-        self.values = [np.empty((self.kv_heads, n + room, self.head_dim), np.float32) for _ in self.layers]
-        self.length = 0
-        for first in range(0, n, BLOCK):
-            h = self._forward(x[first : first + BLOCK])
+    def row(self, capacity: int) -> Row:
+        shape = (self.kv_heads, capacity, self.head_dim)
+        return Row([np.empty(shape, np.float32) for _ in self.layers], [np.empty(shape, np.float32) for _ in self.layers])
+
+    def prefill(self, x: np.ndarray, room: int, check: Callable[[], None]) -> tuple[Row, np.ndarray]:
+        """(positions, hidden) prompt embeddings -> its row, and the last position's logits."""
+        row = self.row(x.shape[0] + room)
+        for first in range(0, x.shape[0], BLOCK):
+            h = self._forward(x[first : first + BLOCK], row)
             check()
-        return self.head @ self._rms(h[-1], self.norm)
+        return row, self.head @ self._rms(h[-1], self.norm)
 
     def hidden(self, x: np.ndarray, rows: np.ndarray, check: Callable[[], None]) -> np.ndarray:
         """(positions, hidden) prompt embeddings -> the final (normed) hidden states at ``rows``, in a single causal
         pass (a forced aligner reads its answer there)."""
-        n = x.shape[0]
-        self.keys = [np.empty((self.kv_heads, n, self.head_dim), np.float32) for _ in self.layers]
-        self.values = [np.empty((self.kv_heads, n, self.head_dim), np.float32) for _ in self.layers]
-        self.length = 0
+        row = self.row(x.shape[0])
         out = []
-        for first in range(0, n, BLOCK):
-            h = self._forward(x[first : first + BLOCK])
+        for first in range(0, x.shape[0], BLOCK):
+            h = self._forward(x[first : first + BLOCK], row)
             wanted = rows[(rows >= first) & (rows < first + len(h))] - first
             out.append(self._rms(h[wanted], self.norm))
             check()
-        self.keys, self.values = [], []
         return np.concatenate(out)
 
-    def _forward(self, x: np.ndarray) -> np.ndarray:
-        """(positions, hidden) at the next positions, causal over everything before: the new hidden states."""
-        pos = self.length
+    def _forward(self, x: np.ndarray, row: Row) -> np.ndarray:
+        """(positions, hidden) at the row's next positions, causal over everything before: the new hidden states."""
+        pos = row.length
         angle = np.arange(pos, pos + x.shape[0], dtype=np.float32)[:, None] * self.inv_freq[None]
         cos, sin = np.cos(angle)[:, None], np.sin(angle)[:, None]  # (positions, 1, head_dim / 2)
         for i, w in enumerate(self.layers):
-            x = x + self._attention(self._rms(x, w.input_norm), w, i, pos, cos, sin)
+            x = x + self._attention(self._rms(x, w.input_norm), w, row.keys[i], row.values[i], pos, cos, sin)
             h = self._rms(x, w.post_norm)
             x = x + _swiglu(h @ w.gate.T, h @ w.up.T) @ w.down.T
-        self.length = pos + x.shape[0]
+        row.length = pos + x.shape[0]
         return x
 
-    def step(self, token: int) -> np.ndarray:
-        x = self._forward(self.embed[token][None])[0]
-        return self.head @ self._rms(x, self.norm)
+    def step(self, tokens: list[int], rows: list[Row]) -> np.ndarray:
+        """Feeds each row its token -> the next logits, one per row (len(rows), vocabulary)."""
+        if any(r.length >= r.keys[0].shape[1] for r in rows):
+            raise ValueError("a sequence is past the room its prefill made")
+        x = self.embed[tokens]
+        positions = np.array([r.length for r in rows], dtype=np.float32)
+        angle = positions[:, None] * self.inv_freq[None]
+        cos, sin = np.cos(angle)[:, None], np.sin(angle)[:, None]  # (rows, 1, head_dim / 2)
+        n, hd, group = len(rows), self.head_dim, self.heads // self.kv_heads
+        scale = np.float32(hd**-0.5)
+        for i, w in enumerate(self.layers):
+            h = self._rms(x, w.input_norm)
+            q = self._rope(self._rms((h @ w.q.T).reshape(n, self.heads, hd), w.q_norm), cos, sin)
+            k = self._rope(self._rms((h @ w.k.T).reshape(n, self.kv_heads, hd), w.k_norm), cos, sin)
+            v = (h @ w.v.T).reshape(n, self.kv_heads, hd)
+            out = np.empty((n, self.heads * hd), np.float32)
+            for b, row in enumerate(rows):
+                end = row.length + 1
+                keys, values = row.keys[i], row.values[i]
+                keys[:, row.length], values[:, row.length] = k[b], v[b]
+                scores = np.matmul(q[b].reshape(self.kv_heads, group, hd), keys[:, :end].transpose(0, 2, 1)) * scale
+                scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+                scores /= scores.sum(axis=-1, keepdims=True)
+                out[b] = np.matmul(scores, values[:, :end]).reshape(-1)
+            x = x + out @ w.o.T
+            h = self._rms(x, w.post_norm)
+            x = x + _swiglu(h @ w.gate.T, h @ w.up.T) @ w.down.T
+        for row in rows:
+            row.length += 1
+        return self._rms(x, self.norm) @ self.head.T
 
     def _rms(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
         return weight * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps))
@@ -139,11 +171,11 @@ class NumpyDecoder:
         x1, x2 = x[..., :half], x[..., half:]
         return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
-    def _attention(self, x: np.ndarray, w: _Layer, layer: int, pos: int, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    def _attention(self, x: np.ndarray, w: _Layer, keys: np.ndarray, values: np.ndarray, pos: int, cos: np.ndarray,
+                   sin: np.ndarray) -> np.ndarray:
         n, hd = x.shape[0], self.head_dim
         q = self._rope(self._rms((x @ w.q.T).reshape(n, self.heads, hd), w.q_norm), cos, sin)
         k = self._rope(self._rms((x @ w.k.T).reshape(n, self.kv_heads, hd), w.k_norm), cos, sin)
-        keys, values = self.keys[layer], self.values[layer]
         keys[:, pos : pos + n] = k.transpose(1, 0, 2)
         values[:, pos : pos + n] = (x @ w.v.T).reshape(n, self.kv_heads, hd).transpose(1, 0, 2)
         group = self.heads // self.kv_heads  # query heads per key/value head, consecutive

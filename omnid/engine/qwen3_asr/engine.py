@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import cast
+from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -24,11 +24,13 @@ from omnid.engine import pins as pinning
 from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import Capabilities, Hypothesis
 from omnid.engine.logmel import HOP_LENGTH, N_FFT, log_mel_spectrogram
+from omnid.engine.programs import run_alone
 from omnid.engine.qwen3_aligner.aligned import MAX_SECONDS as ALIGNER_CHUNK_S
 from omnid.engine.qwen3_aligner.aligned import SPLIT_SEARCH_S as ALIGNER_SEARCH_S
+from omnid.engine.qwen3_asr.batch import Encode, Generate, Program, QwenBatch
 from omnid.engine.qwen3_asr.checkpoint import Checkpoint, load_checkpoint
 from omnid.engine.qwen3_asr.cpu_decoder import NumpyDecoder
-from omnid.engine.qwen3_asr.model import KVCache, Qwen3ASR
+from omnid.engine.qwen3_asr.model import Qwen3ASR
 from omnid.engine.qwen3_asr.prompt import CODES, NAMES, parse, prompt_ids
 from omnid.engine.qwen3_asr.split import split_long_audio
 from omnid.engine.qwen3_asr.tokenizer import QwenTokenizer, tokenizer_files
@@ -38,7 +40,6 @@ from omnid.engine.whisper.engine import TranscribeOptions
 
 log = structlog.get_logger(__name__)
 Check = Callable[[], None]
-PREFILL_BLOCK = 1024  # prompt positions per prefill step
 
 
 @dataclass(frozen=True)
@@ -161,66 +162,15 @@ class Qwen3AsrEngine:
     def generate(self, ids: list[int], audio: mx.array, budget: int, check: Check = lambda: None,
                  loop_guard: bool = True) -> Generation:
         """Greedy decoding after the prompt ``ids``: stops on an end token, on a token loop, or at ``budget``."""
-        x = self.model.embed(ids, self.tokenizer.ids.audio_pad, audio)
-        if self.cpu_decoder is not None:
-            return self._decode_numpy(self.cpu_decoder.prefill(np.array(x[0]), budget, check), budget, check, loop_guard)
-        caches = self.model.new_caches()
-        # The prompt in blocks: attention scores are (block x prompt) per head, not (prompt x prompt), so a
-        # 20-minute chunk (15 600 audio tokens) does not need 16 GB.
-        for first in range(0, x.shape[1], PREFILL_BLOCK):
-            hidden = self.model.text(x[:, first : first + PREFILL_BLOCK], caches)
-            if first + PREFILL_BLOCK < x.shape[1]:
-                mx.eval(hidden)
-                check()
-        return self._decode_mlx(self.model.logits(hidden[:, -1])[0], caches, budget, check, loop_guard)
+        return run_alone(self.batch(), _one(Generate(ids, audio, budget, loop_guard)), check)
 
-    def _decode_mlx(self, logits: mx.array, caches: list[KVCache], budget: int, check: Check,
-                    loop_guard: bool) -> Generation:
-        """Each next step is queued before the current token is read, so the device never waits on Python."""
+    # --- many jobs at once ----------------------------------------------------------------------------------------
 
-        def pick(logits: mx.array) -> tuple[mx.array, mx.array]:
-            token = mx.argmax(logits)
-            return token, logits[token] - mx.logsumexp(logits)
+    def batch(self, lane: Callable[[Any], Any] | None = None) -> QwenBatch:
+        """A batch to run many programs (``*_program``) together on this model; ``lane`` as in ProgramBatch."""
+        return QwenBatch(self, lane)
 
-        def step(token: mx.array) -> tuple[mx.array, mx.array]:
-            hidden = self.model.text(self.model.text.embed_tokens(token.reshape(1, 1)), caches)
-            return pick(self.model.logits(hidden[:, -1])[0])
-
-        tokens: list[int] = []
-        total = 0.0
-        current = pick(logits)
-        mx.async_eval(*current)
-        while len(tokens) < budget:
-            check()
-            following = step(current[0]) if len(tokens) + 1 < budget else None
-            if following is not None:
-                mx.async_eval(*following)
-            tokens.append(int(cast(int, current[0].item())))
-            total += float(cast(float, current[1].item()))
-            if stopped := self._stopped(tokens, loop_guard):
-                return Generation(*stopped, total)
-            if following is None:
-                break
-            current = following
-        return Generation(tokens, "length", total)
-
-    def _decode_numpy(self, logits: np.ndarray, budget: int, check: Check, loop_guard: bool) -> Generation:
-        assert self.cpu_decoder is not None
-        tokens: list[int] = []
-        total = 0.0
-        while len(tokens) < budget:
-            check()
-            token = int(np.argmax(logits))
-            peak = float(logits[token])
-            total += peak - (peak + float(np.log(np.exp(logits - peak).sum())))
-            tokens.append(token)
-            if stopped := self._stopped(tokens, loop_guard):
-                return Generation(*stopped, total)
-            if len(tokens) < budget:
-                logits = self.cpu_decoder.step(token)
-        return Generation(tokens, "length", total)
-
-    def _stopped(self, tokens: list[int], loop_guard: bool) -> tuple[list[int], str] | None:
+    def stopped(self, tokens: list[int], loop_guard: bool) -> tuple[list[int], str] | None:
         if tokens[-1] in self.eos:
             return tokens, "stop"
         if loop_guard and self._looping(tokens):
@@ -240,13 +190,19 @@ class Qwen3AsrEngine:
                 return tokens[:-n] + tail[:period]
         return tokens
 
-    # --- transcription ---------------------------------------------------------------------------------------------
+    # --- transcription: each job a program (batch.py), run alone here or together in a runtime's batch ------------
 
     def transcribe(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
                    on_segment: Callable[[Segment], None] | None = None,
                    on_progress: Callable[[float, float], None] | None = None) -> Transcript:
-        """16 kHz mono float32 samples -> transcript. Audio past ``max_chunk_s`` is split at quiet points, each
-        chunk decoded with its own token budget and its own detected language (unless one is forced)."""
+        return run_alone(self.batch(), self.transcribe_program(audio, opts, on_segment, on_progress), check)
+
+    def transcribe_program(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(),
+                           on_segment: Callable[[Segment], None] | None = None,
+                           on_progress: Callable[[float, float], None] | None = None) -> Program:
+        """16 kHz mono float32 samples -> transcript. Audio past ``max_chunk_s`` (or, timed, past the aligner's
+        chunk) is split at quiet points, each chunk decoded with its own token budget and its own detected
+        language (unless one is forced)."""
         audio = normalized(audio)
         duration = len(audio) / SAMPLE_RATE
         segments: list[Segment] = []
@@ -257,9 +213,8 @@ class Qwen3AsrEngine:
         if opts.timed:  # chunks the aligner takes, cut as the official timed transcription cuts them
             max_chunk_s, search_s = ALIGNER_CHUNK_S, ALIGNER_SEARCH_S
         for start, chunk in split_long_audio(audio, max_chunk_s, search_s):
-            check()
             seconds = len(chunk) / SAMPLE_RATE
-            gen, language, text = self._decode(chunk, opts, check)
+            gen, language, text = yield from self._decode(chunk, opts)
             generated += len(gen.tokens)
             finish = gen.finish if gen.finish != "stop" else finish
             if text:
@@ -276,11 +231,16 @@ class Qwen3AsrEngine:
     def transcribe_clips(self, audio: np.ndarray, clips: list[tuple[int, int]],
                          opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
                          on_segment: Callable[[Segment], None] | None = None) -> Transcript:
+        return run_alone(self.batch(), self.clips_program(audio, clips, opts, on_segment), check)
+
+    def clips_program(self, audio: np.ndarray, clips: list[tuple[int, int]],
+                      opts: TranscribeOptions = TranscribeOptions(),
+                      on_segment: Callable[[Segment], None] | None = None) -> Program:
         """Only the given parts of a clip (sample spans, in order), each on its own, times on the clip's timeline."""
         segments: list[Segment] = []
         generated, finish = 0, "stop"
         for start, end in clips:
-            part = self.transcribe(audio[start:end], opts, check)
+            part = yield from self.transcribe_program(audio[start:end], opts)
             for seg in part.segments:
                 seg = replace(seg, id=len(segments), seek=seg.seek + start // HOP_LENGTH,
                               start=seg.start + start / SAMPLE_RATE, end=seg.end + start / SAMPLE_RATE)
@@ -291,12 +251,12 @@ class Qwen3AsrEngine:
             finish = part.finish_reason if part.finish_reason != "stop" else finish
         return _transcript(segments, opts, len(audio) / SAMPLE_RATE, generated, finish)
 
-    def _decode(self, audio: np.ndarray, opts: TranscribeOptions, check: Check, prefix: str = "",
-                language: str | None = None) -> tuple[Generation, str | None, str]:
+    def _decode(self, audio: np.ndarray, opts: TranscribeOptions, prefix: str = "",
+                language: str | None = None) -> Generator[Any, Any, tuple[Generation, str | None, str]]:
         language = opts.language or language
-        features = self.encode(audio, check)
+        features = yield Encode(audio)
         ids = self.prompt(opts.prompt or "", features.shape[0], language, prefix)
-        gen = self.generate(ids, features, self._budget(len(audio), opts), check)
+        gen = yield Generate(ids, features, self._budget(len(audio), opts))
         raw = prefix + self.tokenizer.decode(gen.tokens)
         answer = parse(raw, language)
         return gen, answer.language, answer.text
@@ -309,26 +269,40 @@ class Qwen3AsrEngine:
 
     def preview(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), prefix: str = "",
                 check: Check = lambda: None) -> str:
+        return run_alone(self.batch(), self.preview_program(audio, opts, prefix), check)
+
+    def preview_program(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(),
+                        prefix: str = "") -> Program:
         """The text of one clip, forced to begin with ``prefix`` (a final that must continue the text already sent
         as append-only deltas): the prefix is written after the language header, and the decode continues it."""
         text = prefix.strip()
         if not text:
-            return self._decode(audio, opts, check)[2]
-        features = self.encode(audio, check)
+            return (yield from self._decode(audio, opts))[2]
+        features = yield Encode(audio)
         language = opts.language
         if language is None:  # its header first: a short decode of the answer's start
-            head = self.generate(self.prompt(opts.prompt or "", features.shape[0]), features, 8, check)
+            head = yield Generate(self.prompt(opts.prompt or "", features.shape[0]), features, 8)
             language = parse(self.tokenizer.decode(head.tokens)).language
         # Without a language named, the text follows the assistant header directly, as the official streaming
         # recipe forces a previous answer that named none.
         ids = self.prompt(opts.prompt or "", features.shape[0], language, text)
-        gen = self.generate(ids, features, self._budget(len(audio), opts), check)
+        gen = yield Generate(ids, features, self._budget(len(audio), opts))
         return (text + self.tokenizer.decode(gen.tokens)).strip()
+
+    def final_program(self, audio: np.ndarray, opts: TranscribeOptions, sent: str) -> Program:
+        """A realtime segment's final: a transcription, or, with deltas already sent, a decode continuing them."""
+        if sent.strip():
+            return (yield from self.preview_program(audio, opts, sent))
+        return (yield from self.transcribe_program(audio, opts)).text
 
     # --- live previews: the official streaming recipe ----------------------------------------------------------------
 
     def redecode(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
                  check: Check = lambda: None, final: bool = False) -> Hypothesis:
+        return run_alone(self.batch(), self.redecode_program(audio, opts, previous, final), check)
+
+    def redecode_program(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
+                         final: bool = False) -> Program:
         """Decodes the whole open segment again. The first ``stream_unfixed_decodes`` decodes have no prefix; later
         ones force the previous decode minus its last ``stream_rollback_tokens`` tokens (more while that would
         cut a character in half), so only the unstable end is sampled again. A language detected once is forced
@@ -355,14 +329,19 @@ class Qwen3AsrEngine:
                         prefix = ""
                         break
                     k += 1
-        features = self.encode(audio, check)
+        features = yield Encode(audio)
         ids = self.prompt(opts.prompt or "", features.shape[0], language) + (self.tokenizer.encode(prefix) if prefix else [])
         budget = min(o.preview_max_new_tokens, opts.max_new_tokens or o.preview_max_new_tokens)
-        gen = self.generate(ids, features, budget, check)
+        gen = yield Generate(ids, features, budget)
         new_raw = prefix + self.tokenizer.decode(gen.tokens)
         answer = parse(new_raw, language)
         return Hypothesis(text=answer.text, raw=new_raw, decodes=decodes + 1, language=answer.language,
                           raw_language=language, tokens=tuple(self.tokenizer.encode(prefix)) + tuple(gen.tokens))
+
+
+def _one(request: Generate) -> Program:
+    """A program of a single decode."""
+    return (yield request)
 
 
 def _transcript(segments: list[Segment], opts: TranscribeOptions, duration: float, generated: int,

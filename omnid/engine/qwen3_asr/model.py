@@ -13,7 +13,7 @@ kernels made them more than twice as slow as torch's (bench/qwen3_asr_speed.py);
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cached_property
 
 import mlx.core as mx
@@ -220,15 +220,23 @@ class DecoderAttention(nn.Module):
         # The config's mrope_section is moot for ASR (all three position rows are equal): plain rotate-half RoPE.
         self.rope = nn.RoPE(t.head_dim, traditional=False, base=t.rope_theta)
 
-    def __call__(self, x: mx.array, cache: KVCache) -> mx.array:
+    def __call__(self, x: mx.array, cache: KVCache | list[KVCache]) -> mx.array:
+        """x (rows, n, hidden): one cache for one row, or a cache per row (rows at their own positions, as a batch
+        of sequences steps together); the projections take every row at once."""
         b, n, _ = x.shape
         q = self.q_norm(self.q_proj(x).reshape(b, n, self.heads, -1)).transpose(0, 2, 1, 3)
         k = self.k_norm(self.k_proj(x).reshape(b, n, self.kv_heads, -1)).transpose(0, 2, 1, 3)
         v = self.v_proj(x).reshape(b, n, self.kv_heads, -1).transpose(0, 2, 1, 3)
-        q, k = self.rope(q, offset=cache.offset), self.rope(k, offset=cache.offset)
-        k, v = cache.update(k, v)
-        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.head_dim**-0.5,
-                                                   mask="causal" if n > 1 else None)
+        caches = cache if isinstance(cache, list) else [cache]
+        rows = [q, k, v] if len(caches) == 1 else None
+        outs = []
+        for r, c in enumerate(caches):
+            qr, kr, vr = rows if rows is not None else (q[r : r + 1], k[r : r + 1], v[r : r + 1])
+            qr, kr = self.rope(qr, offset=c.offset), self.rope(kr, offset=c.offset)
+            kr, vr = c.update(kr, vr)
+            outs.append(mx.fast.scaled_dot_product_attention(qr, kr, vr, scale=self.head_dim**-0.5,
+                                                             mask="causal" if n > 1 else None))
+        out = outs[0] if len(outs) == 1 else mx.concatenate(outs)
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
 
 
@@ -251,7 +259,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = nn.RMSNorm(t.hidden_size, eps=t.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(t.hidden_size, eps=t.rms_norm_eps)
 
-    def __call__(self, x: mx.array, cache: KVCache) -> mx.array:
+    def __call__(self, x: mx.array, cache: KVCache | list[KVCache]) -> mx.array:
         x = x + self.self_attn(self.input_layernorm(x), cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -263,8 +271,9 @@ class TextDecoder(nn.Module):
         self.layers = [DecoderLayer(t) for _ in range(t.layers)]
         self.norm = nn.RMSNorm(t.hidden_size, eps=t.rms_norm_eps)
 
-    def __call__(self, x: mx.array, caches: list[KVCache]) -> mx.array:
-        """(1, n, hidden) embeddings -> (1, n, hidden) final hidden states."""
+    def __call__(self, x: mx.array, caches: Sequence[KVCache | list[KVCache]]) -> mx.array:
+        """(rows, n, hidden) embeddings -> (rows, n, hidden) final hidden states; per layer a cache, or a cache per
+        row (DecoderAttention)."""
         for layer, cache in zip(self.layers, caches):
             x = layer(x, cache)
         return self.norm(x)

@@ -1,13 +1,11 @@
 """Many Whisper jobs on one model at once: windows encoded together, decoders stepped together.
 
-A job is a *program*: a generator that yields the model work it needs (an ``Encode`` of a window, a ``Decode`` of
-one sequence) and is sent the result; everything else (language detection, word alignment, the fallback over
-temperatures, cutting a window into segments) runs inside it, between its requests. A ``WhisperBatch`` drives any
-number of programs. Each ``step`` does the work of the smallest key first: either it encodes the windows waiting
-(one encoder call for all windows of that key's length) or it advances every live sequence by one token (one
-decoder call for all, each row with its own KV cache, logit rules and stopping point). Programs join at any step
-and leave when they end, so the runtime can feed it jobs as they come. A program alone in its batch runs exactly
-the solo computation.
+A job is a program (engine/programs.py, the driver every batching engine shares) that yields an ``Encode`` of a
+window or a ``Decode`` of one sequence and is sent the result; language detection, word alignment, the fallback over
+temperatures and cutting a window into segments run inside it. ``WhisperBatch`` says what the work is: windows of one
+length are encoded in one encoder call, and every live sequence of a lane advances by one token in one decoder call
+(each row with its own KV cache, logit rules and stopping point). A program alone in its batch runs exactly the solo
+computation.
 """
 
 from __future__ import annotations
@@ -21,12 +19,13 @@ import mlx.core as mx
 import numpy as np
 
 from omnid.engine.cpu_math import mlx_blas_single_threaded
+from omnid.engine.programs import Key, ProgramBatch, run_alone
 from omnid.engine.whisper.cpu_decoder import CpuDecodeBatch
 from omnid.engine.whisper.decoding import DecodeOptions, Decoding, WindowDecoder
 from omnid.engine.whisper.model import KVCache, Whisper
 
 T = TypeVar("T")
-Key = Any  # hashable and ordered: the smallest waiting key is encoded first
+__all__ = ["Decode", "DecodeBatch", "Encode", "Program", "WhisperBatch", "run_alone"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,17 +46,9 @@ class Decode:
 
 
 Program = Generator[Encode | Decode, Any, T]
-Outcome = tuple[Key, Any, BaseException | None]
-# Told the keys about to get model work, and whether it is an encode (checked between its layers); answers those
-# to stop now (cancelled, or preempted).
-Drop = Callable[[list[Key], bool], Collection[Key]]
 
 NEG_INF = mx.array(-mx.inf, mx.float32)
 ZERO = mx.array(0.0, mx.float32)
-
-
-class _Abandoned(Exception):
-    """Every window of an encoder call was dropped."""
 
 
 class DecodeBatch:
@@ -80,7 +71,9 @@ class DecodeBatch:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def join(self, key: Key, sequence: Decoding, self_kv: list[KVCache], cross: list) -> None:
+    def join(self, key: Key, sequence: Decoding, state: tuple[list[KVCache], list]) -> None:
+        """``state``: the sequence's self-attention caches after its prompt, and its window's cross-attention."""
+        self_kv, cross = state
         cross_kv = [kv for _, kv in cross]
         if not self.keys:
             self.keys, self.sequences, self.pads = [key], [sequence], [0]
@@ -159,175 +152,43 @@ def _stack(a: KVCache, b: KVCache) -> KVCache:
     return mx.concatenate([a[0], b[0]]), mx.concatenate([a[1], b[1]])
 
 
-class WhisperBatch:
-    """Drives programs (see the module docstring). ``step`` does one unit of model work and returns the programs
-    that ended: (key, result, None) or (key, None, error). Keys order the work: the smallest key's goes first,
-    so a runtime that keys jobs by (priority, arrival) serves finals first.
-
-    ``lane`` puts each key's decoding in a lane: sequences step together only with those of their own lane, and
-    the lane holding the smallest key steps first. A runtime that gives each priority its own lane keeps previews
-    out of the finals' decode steps, where every extra row makes each of the finals' tokens slower."""
+class WhisperBatch(ProgramBatch):
+    """Whisper's work for the shared driver (programs.py): windows of one mel shape encoded together, a lane's
+    sequences stepped together (batch.py's ``DecodeBatch`` in MLX, cpu_decoder.py's ``CpuDecodeBatch`` on the CPU)."""
 
     def __init__(self, model: Whisper, decoder: WindowDecoder, lane: Callable[[Key], Any] | None = None):
+        super().__init__(lane)
         self.model = model
         self.decoder = decoder
-        self.lane: Callable[[Key], Any] = lane or (lambda key: 0)
-        self.programs: dict[Key, Program] = {}
-        self.waiting: dict[Key, Encode] = {}  # programs waiting for an encoded window
-        self.lanes: dict[Any, DecodeBatch | CpuDecodeBatch] = {}  # live sequences by lane
-        self._ended: list[Outcome] = []
 
-    def __len__(self) -> int:
-        return len(self.programs)
+    def is_encode(self, request: Any) -> bool:
+        return isinstance(request, Encode)
 
-    def add(self, key: Key, program: Program) -> None:
-        self.programs[key] = program
-        with _blas_for_steps():
-            self._resume(key, None)
+    def together(self, keys: list[Key]) -> list[Key]:
+        shape = self.waiting[keys[0]].mel.shape
+        return [k for k in keys if self.waiting[k].mel.shape == shape]
 
-    def drop(self, keys: Collection[Key]) -> None:
-        """Stops these programs where they are; nothing is reported for them."""
-        for key in keys:
-            program = self.programs.pop(key, None)
-            if program is not None:
-                program.close()
-            self.waiting.pop(key, None)
-        for decodes in self.lanes.values():
-            decodes.leave(keys)
+    def encode(self, requests: list[Any], between: Callable[[], None]) -> list[Any]:
+        mels = [r.mel for r in requests]
+        features = self.model.encoder(mels[0][None] if len(mels) == 1 else mx.stack(mels), between_layers=between)
+        mx.eval(features)
+        return [features] if len(mels) == 1 else [features[i : i + 1] for i in range(len(mels))]
 
-    @property
-    def decoding(self) -> int:
-        """Sequences decoding, all lanes together."""
-        return sum(len(d) for d in self.lanes.values())
+    def begin(self, request: Any) -> tuple[Decoding, np.ndarray, Any]:
+        sequence, self_kv, logits = self.decoder.begin(request.cross, request.prompt, request.opts, request.prefix)
+        return sequence, logits, (self_kv, request.cross)
 
-    def step(self, drop: Drop) -> list[Outcome]:
-        # The smallest key's work goes first: a final's decode is not held up by previews' encodes, nor a final's
-        # encode by previews' decoding.
-        lanes = [d for d in self.lanes.values() if d]
-        decodes = min(lanes, key=lambda d: min(d.keys)) if lanes else None
-        with _blas_for_steps():
-            if self.waiting and (decodes is None or min(self.waiting) < min(decodes.keys)):
-                self._encode(drop)
-            elif decodes is not None:
-                self._decode(decodes, drop)
-        ended, self._ended = self._ended, []
-        return ended
-
-    # --- model work -------------------------------------------------------------------------------------
-
-    def _encode(self, drop: Drop) -> None:
-        shape = self.waiting[min(self.waiting)].mel.shape
-        keys = sorted(k for k, r in self.waiting.items() if r.mel.shape == shape)
-
-        def between_layers() -> None:
-            gone = [k for k in drop(keys, True) if k in self.programs]
-            if gone:
-                self.drop(gone)
-            if not any(k in self.waiting for k in keys):
-                raise _Abandoned
-
-        try:
-            between_layers()
-            keys[:] = [k for k in keys if k in self.waiting]
-            mels = [self.waiting[k].mel for k in keys]
-            batch = mels[0][None] if len(mels) == 1 else mx.stack(mels)
-            features = self.model.encoder(batch, between_layers=between_layers)
-            mx.eval(features)
-        except _Abandoned:
-            return
-        except Exception as exc:
-            for k in keys:
-                if k in self.waiting:
-                    self._fail(k, exc)
-            return
-        for i, key in enumerate(keys):
-            if self.waiting.pop(key, None) is not None:
-                self._resume(key, features if len(keys) == 1 else features[i : i + 1])
-
-    def _decode(self, decodes: DecodeBatch | CpuDecodeBatch, drop: Drop) -> None:
-        gone = [k for k in drop(list(decodes.keys), False) if k in self.programs]
-        if gone:
-            self.drop(gone)
-        if not decodes:
-            return
-        logits = decodes.step()
-        ended = [(k, s) for k, s, row in zip(decodes.keys, decodes.sequences, logits) if s.choose(row)]
-        if ended:
-            decodes.leave({k for k, _ in ended})
-        for key, sequence in ended:
-            self._resume(key, sequence.result(self.decoder.tok))
-
-    # --- programs ---------------------------------------------------------------------------------------
-
-    def _resume(self, key: Key, value: Any) -> None:
-        """Sends a program what it asked for and runs it to its next request (or its end)."""
-        while True:
-            try:
-                request = self.programs[key].send(value)
-            except StopIteration as stop:
-                del self.programs[key]
-                self._ended.append((key, stop.value, None))
-                return
-            except Exception as exc:  # the program's own failure belongs to its job alone
-                self._fail(key, exc)
-                return
-            if isinstance(request, Encode):
-                self.waiting[key] = request
-                return
-            try:
-                sequence, self_kv, logits = self.decoder.begin(request.cross, request.prompt, request.opts,
-                                                               request.prefix)
-            except Exception as exc:
-                self._fail(key, exc)
-                return
-            if not sequence.choose(logits):
-                lane = self.lane(key)
-                if lane not in self.lanes:
-                    self.lanes[lane] = self._decode_batch()
-                self.lanes[lane].join(key, sequence, self_kv, request.cross)
-                return
-            value = sequence.result(self.decoder.tok)  # done at its first token: straight back to the program
-
-    def _decode_batch(self) -> DecodeBatch | CpuDecodeBatch:
+    def new_lane(self) -> Any:
         """On MLX's CPU device the steps run in numpy (cpu_decoder.py: a few times faster there); elsewhere in MLX."""
         if mx.default_device() == mx.cpu:
             return CpuDecodeBatch(self.model.decoder.cpu_step)
         return DecodeBatch(self.model)
 
-    def _fail(self, key: Key, error: BaseException) -> None:
-        program = self.programs.pop(key, None)
-        if program is not None:
-            program.close()
-        self.waiting.pop(key, None)
-        self._ended.append((key, None, error))
+    def around_steps(self) -> AbstractContextManager[None]:
+        return _blas_for_steps()
 
 
 def _blas_for_steps() -> AbstractContextManager[None]:
     """On MLX's CPU device the layers run in numpy (cpu_encoder.py, cpu_decoder.py); MLX's BLAS, left the small
     products, runs them on one thread (cpu_math.mlx_blas_single_threaded)."""
     return mlx_blas_single_threaded() if mx.default_device() == mx.cpu else nullcontext()
-
-
-def run_alone(batch: WhisperBatch, program: Program[T], check: Callable[[], None]) -> T:
-    """One program on its own: ``check`` before every unit of model work; what it raises stops the program and
-    is raised here."""
-    stopped: list[BaseException] = []
-
-    def drop(keys: list[Key], encoding: bool) -> Collection[Key]:
-        try:
-            check()
-        except BaseException as exc:
-            stopped.append(exc)
-            return keys
-        return ()
-
-    batch.add(0, program)
-    while True:
-        ended = batch.step(drop)
-        if stopped:
-            raise stopped[0]
-        for _, result, error in ended:
-            if error is not None:
-                raise error
-            return result
-

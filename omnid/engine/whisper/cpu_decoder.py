@@ -148,7 +148,8 @@ class CpuDecodeBatch:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def join(self, key: Any, sequence: Decoding, self_kv: list[KVCache], cross: list) -> None:
+    def join(self, key: Any, sequence: Decoding, state: tuple[list[KVCache], list]) -> None:
+        self_kv, cross = state
         self.keys.append(key)
         self.sequences.append(sequence)
         self.rows.append(self.decoder.row(self_kv, cross))

@@ -143,8 +143,8 @@ class Decoding:
             self.finish = "length"
         return self.finish is not None
 
-    def result(self, tokenizer: WhisperTokenizer) -> DecodeResult:
-        text = tokenizer.decode(self.sampled)
+    def result(self) -> DecodeResult:
+        text = self.rules.tok.decode(self.sampled)
         return DecodeResult(
             tokens=self.sampled,
             text=text,
