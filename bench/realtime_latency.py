@@ -47,6 +47,7 @@ CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
 STEP_S = 0.1  # one append per 100 ms of audio
 RATES = {"openai": 24000, "voxt": 16000}
 SILENCE_MS = 500
+MODEL = "tiny.en"  # --model
 
 
 @dataclass
@@ -84,7 +85,7 @@ def load_clips(limit: int, lo: float, hi: float) -> list[Clip]:
 async def offline(http: aiohttp.ClientSession, url: str, clip: Clip) -> None:
     form = aiohttp.FormData()
     form.add_field("file", wav_bytes(clip.audio), filename=f"{clip.name}.wav", content_type="audio/wav")
-    form.add_field("model", "tiny.en")
+    form.add_field("model", MODEL)
     form.add_field("language", "en")
     started = time.monotonic()
     async with http.post(url + "/v1/audio/transcriptions", data=form) as resp:
@@ -109,10 +110,10 @@ async def speak(http: aiohttp.ClientSession, url: str, clip: Clip, dialect: str,
         turns = {"type": "server_vad", "silence_duration_ms": SILENCE_MS}
         if dialect == "openai":
             await ws.send_str(json.dumps({"type": "transcription_session.update", "session": {
-                "input_audio_transcription": {"model": "tiny.en", "language": "en"}, "turn_detection": turns}}))
+                "input_audio_transcription": {"model": MODEL, "language": "en"}, "turn_detection": turns}}))
         else:
             await ws.send_str(json.dumps({"type": "session.update", "session": {
-                "language": "en", "turn_detection": turns}}))
+                "model": MODEL, "language": "en", "turn_detection": turns}}))
         first_sent: list[float] = []
 
         async def read() -> None:
@@ -273,6 +274,7 @@ def bench(name: str, cwd: Path, clips: list[Clip], args) -> None:
 
 
 def main() -> None:
+    global MODEL
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clips", type=int, default=10, help="English corpus clips of 4-14 s")
     ap.add_argument("--sessions", type=int, default=16, help="concurrent sessions in phase 3 (0: skip it)")
@@ -281,8 +283,11 @@ def main() -> None:
     ap.add_argument("--only-baseline", action="store_true", help="run only the baseline daemon")
     ap.add_argument("--show", action="store_true", help="print the texts that differ from offline")
     ap.add_argument("--no-single", action="store_true", help="skip phase 2 (one session at a time)")
+    ap.add_argument("--model", default=MODEL, help="the model every request and session names (default tiny.en; "
+                                                   "another comes from a --config given after --)")
     ap.add_argument("serve_args", nargs="*", help="extra arguments for omnid serve (after --)")
     args = ap.parse_args()
+    MODEL = args.model
 
     clips = load_clips(args.clips, 4.0, 14.0)
     print(f"{len(clips)} clips, {sum(c.seconds for c in clips):.0f} s of speech; server VAD, {SILENCE_MS} ms "
