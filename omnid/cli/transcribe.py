@@ -52,15 +52,16 @@ async def start_model(config: Config, model_id: str | None, aligner: str | None 
     if aligner:
         if model.kind != "qwen3_asr":
             raise ConfigError(f"--aligner: model {model.id} is not a Qwen3-ASR model (only those take an aligner)")
-        model = msgspec.structs.replace(model, aligner=aligner_model(config, aligner).id)
-        if aligner not in {m.id for m in config.models}:
-            config = msgspec.structs.replace(config, models=[*config.models, aligner_model(config, aligner)])
-    runtime, timing = transcriber_runtime(model, config)
-    for r in (runtime, timing):
-        if r is not None:
-            r.start()
+        timing = aligner_model(config, aligner)
+        model = msgspec.structs.replace(model, aligner=timing.id)
+        if timing not in config.models:
+            config = msgspec.structs.replace(config, models=[*config.models, timing])
+    runtime, aligner_runtime = transcriber_runtime(model, config)
+    runtimes = [r for r in (runtime, aligner_runtime) if r is not None]
+    for r in runtimes:
+        r.start()
     try:
-        await asyncio.gather(*(r.wait_loaded() for r in (runtime, timing) if r is not None))
+        await asyncio.gather(*(r.wait_loaded() for r in runtimes))
     except BaseException:
         close(runtime)
         raise

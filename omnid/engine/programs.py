@@ -15,7 +15,9 @@ sequence's ``choose(logits)`` takes its next token and says when it is done, ``r
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Generator
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -52,7 +54,7 @@ class Lane(Protocol):
     def step(self) -> Any: ...  # the next logits, one row per sequence
 
 
-class ProgramBatch:
+class ProgramBatch(ABC):
     """Drives programs (see the module docstring). ``step`` does one unit of model work and returns the programs
     that ended: (key, result, None) or (key, None, error). Keys order the work: the smallest key's goes first, so a
     runtime that keys jobs by (priority, arrival) serves finals first.
@@ -73,27 +75,25 @@ class ProgramBatch:
 
     # --- what a model's batch says ------------------------------------------------------------------------
 
-    def is_encode(self, request: Any) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def is_encode(self, request: Any) -> bool: ...
 
     def together(self, keys: list[Key]) -> list[Key]:
         """Of the waiting keys (sorted, the smallest first), those encoded in one call with the smallest."""
         return keys[:1]
 
+    @abstractmethod
     def encode(self, requests: list[Any], between: Callable[[], None]) -> list[Any]:
         """Each request's encoding; ``between`` is called between units of the work (it raises Abandoned)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def begin(self, request: Any) -> tuple[LiveSequence, Any, Any]:
         """A decode request prefilled: (its sequence, its first logits, the state its lane joins it with)."""
-        raise NotImplementedError
 
-    def new_lane(self) -> Lane:
-        raise NotImplementedError
+    @abstractmethod
+    def new_lane(self) -> Lane: ...
 
-    def around_steps(self) -> Any:
-        from contextlib import nullcontext
-
+    def around_steps(self) -> AbstractContextManager[None]:
         return nullcontext()
 
     # --- the driver -------------------------------------------------------------------------------------------

@@ -30,24 +30,19 @@ def timed_segments(segment: Segment, aligned: list[AlignedUnit], max_s: float) -
     punctuation included, its times its first and last words'; ids are the caller's to number."""
     if not aligned:
         return [segment]
-    groups: list[list[AlignedUnit]] = [[]]
-    for i, unit in enumerate(aligned):
-        group = groups[-1]
-        if group and unit.end - group[0].start > max_s:
-            groups.append(group := [])
-        group.append(unit)
-        gap = segment.text[unit.char_end : aligned[i + 1].char_start] if i + 1 < len(aligned) else ""
-        if SENTENCE_END.search(gap) and i + 1 < len(aligned):
-            groups.append([])
+    starts = [0]  # the first unit of each segment
+    for i in range(1, len(aligned)):
+        after_sentence = SENTENCE_END.search(segment.text[aligned[i - 1].char_end : aligned[i].char_start])
+        if after_sentence or aligned[i].end - aligned[starts[-1]].start > max_s:
+            starts.append(i)
     out: list[Segment] = []
-    offset = segment.start
-    for group in (g for g in groups if g):
-        first, last = group[0], group[-1]
-        after = aligned.index(last) + 1
-        begin = first.char_start if out else 0  # the first segment keeps any opening punctuation
-        following = aligned[after].char_start if after < len(aligned) else len(segment.text)
-        words = [Word(u.text, round(offset + u.start, 3), round(offset + u.end, 3), 1.0) for u in group]
-        out.append(replace(segment, start=round(offset + first.start, 3), end=round(offset + last.end, 3),
+    for first, stop in zip(starts, starts[1:] + [len(aligned)]):
+        group = aligned[first:stop]
+        begin = group[0].char_start if first else 0  # the first segment keeps any opening punctuation
+        following = aligned[stop].char_start if stop < len(aligned) else len(segment.text)
+        words = [Word(u.text, round(segment.start + u.start, 3), round(segment.start + u.end, 3), 1.0)
+                 for u in group]
+        out.append(replace(segment, start=words[0].start, end=words[-1].end,
                            text=segment.text[begin:following].strip(), words=words,
-                           tokens=segment.tokens if not out else []))
+                           tokens=segment.tokens if not first else []))
     return out

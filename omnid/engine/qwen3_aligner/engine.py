@@ -25,12 +25,12 @@ from omnid.engine.errors import CheckpointError
 from omnid.engine.qwen3_aligner.aligned import LIMIT_S, AlignedUnit
 from omnid.engine.qwen3_aligner.timestamps import seconds
 from omnid.engine.qwen3_aligner.words import Unit, units
+from omnid.engine.qwen3_asr.batch import PREFILL_BLOCK
 from omnid.engine.qwen3_asr.engine import features_mel, load_network, normalized, numpy_decoder
-from omnid.engine.qwen3_asr.model import KVCache, audio_token_count
+from omnid.engine.qwen3_asr.model import audio_token_count
 
 log = structlog.get_logger(__name__)
 Check = Callable[[], None]
-PREFILL_BLOCK = 1024  # positions per MLX step (the numpy decoder has its own block)
 
 
 class Qwen3AlignerEngine:
@@ -76,7 +76,7 @@ class Qwen3AlignerEngine:
         if self.cpu_decoder is not None:
             hidden = self.cpu_decoder.hidden(np.array(x[0]), rows, check)
             return [int(c) for c in np.argmax(hidden @ self.cpu_decoder.head.T, axis=-1)]
-        caches = [KVCache() for _ in self.model.text.layers]
+        caches = self.model.new_caches()
         picked = []
         for first in range(0, x.shape[1], PREFILL_BLOCK):
             h = self.model.text(x[:, first : first + PREFILL_BLOCK], caches)[0]

@@ -22,7 +22,7 @@ from omnid.engine.qwen3_asr.cpu_decoder import NumpyDecoder
 from omnid.engine.qwen3_asr.model import Qwen3ASR
 
 if TYPE_CHECKING:
-    from omnid.engine.qwen3_asr.engine import Generation, Qwen3AsrEngine
+    from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine
 
 PREFILL_BLOCK = 1024  # prompt positions per MLX prefill step: scores are (block x prompt) per head, not (prompt^2)
 
@@ -45,6 +45,13 @@ class Generate:
 
 
 Program = Generator[Encode | Generate, Any, Any]
+
+
+@dataclass(frozen=True)
+class Generation:
+    tokens: list[int]
+    finish: str  # "stop" (end token), "length" (budget), "loop" (loop guard)
+    logprob: float  # sum over tokens
 
 
 class Greedy:
@@ -71,8 +78,6 @@ class Greedy:
         return len(self.tokens) >= self.budget
 
     def result(self) -> Generation:
-        from omnid.engine.qwen3_asr.engine import Generation
-
         return Generation(self.tokens, self.finish, self.total)
 
 

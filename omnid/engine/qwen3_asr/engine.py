@@ -27,7 +27,7 @@ from omnid.engine.logmel import HOP_LENGTH, N_FFT, log_mel_spectrogram
 from omnid.engine.programs import run_alone
 from omnid.engine.qwen3_aligner.aligned import MAX_SECONDS as ALIGNER_CHUNK_S
 from omnid.engine.qwen3_aligner.aligned import SPLIT_SEARCH_S as ALIGNER_SEARCH_S
-from omnid.engine.qwen3_asr.batch import Encode, Generate, Program, QwenBatch
+from omnid.engine.qwen3_asr.batch import Encode, Generate, Generation, Program, QwenBatch
 from omnid.engine.qwen3_asr.checkpoint import Checkpoint, load_checkpoint
 from omnid.engine.qwen3_asr.cpu_decoder import NumpyDecoder
 from omnid.engine.qwen3_asr.model import Qwen3ASR
@@ -55,13 +55,6 @@ class QwenOptions:
     stream_unfixed_decodes: int = 2  # live previews: the first decodes of a segment have no forced prefix,
     stream_rollback_tokens: int = 5  # then the previous decode minus its last tokens is forced
     preview_max_new_tokens: int = 32
-
-
-@dataclass(frozen=True)
-class Generation:
-    tokens: list[int]
-    finish: str  # "stop" (end token), "length" (budget), "loop" (loop guard)
-    logprob: float  # sum over tokens
 
 
 @dataclass(frozen=True)
