@@ -80,8 +80,9 @@ def test_relative_attention_is_nemos_pad_and_reshape_shift(monkeypatch: pytest.M
 
 @pytest.mark.parametrize("positions", [7, 300])
 def test_head_attention_is_mlxs_fused_attention(monkeypatch: pytest.MonkeyPatch, positions: int) -> None:
-    """Heads shared among threads, queries in row blocks (300 in blocks of 128: two whole ones and a short one),
-    read and written in the projections' (B, T, heads, head_dim) layout."""
+    """Heads shared among threads, queries in row blocks (300 in blocks of 128: two whole ones and a short one) or,
+    for runs no longer than a block (7), every batch row's share of heads at once, read and written in the
+    projections' (B, T, heads, head_dim) layout."""
     mx.random.seed(12)
     monkeypatch.setattr(cpu_math, "HEAD_ROWS", 128)
     q, k, v = (mx.random.normal((2, positions, 8, 24)) for _ in range(3))
