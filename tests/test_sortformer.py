@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from omnid.engine.errors import CheckpointError
+from omnid.engine.fastconformer.features import log_mel
 from omnid.engine.sortformer import checkpoint as ck
 from omnid.engine.sortformer.engine import SortformerEngine
-from omnid.engine.sortformer.features import log_mel
 from omnid.engine.sortformer.torch_zip import read_state_dict
 from tests.sortformer_clips import CLIPS
 

@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from omnid.engine.errors import CheckpointError
+from omnid.engine.fastconformer.features import FrontEnd, mel_filterbank, window
+from omnid.engine.fastconformer.model import ConformerDims
 from omnid.engine.pins import verify
-from omnid.engine.sortformer.features import FrontEnd, mel_filterbank, window
 from omnid.engine.sortformer.torch_zip import read_state_dict
 from omnid.engine.tensor_file import read_tensors
 
@@ -43,6 +44,12 @@ class Dims:
     tf_inner: int
     n_spk: int
     k_bias: bool = True  # the Transformer's key projection has a bias (NeMo's always does)
+
+    @property
+    def conformer(self) -> ConformerDims:
+        return ConformerDims(n_mels=self.n_mels, d_model=self.fc_d_model, layers=self.fc_layers, heads=self.fc_heads,
+                             ff=self.fc_ff, conv_kernel=self.conv_kernel, subsampling_factor=self.subsampling_factor,
+                             subsampling_channels=self.subsampling_channels, xscaling=self.xscaling)
 
 
 @dataclass(frozen=True)

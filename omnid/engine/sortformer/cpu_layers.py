@@ -1,12 +1,7 @@
-"""Sortformer's Conformer and Transformer layers on MLX's CPU device, in numpy over blocks of rows.
-
-On the CPU, MLX runs each element-wise operation (layer norms, bias and residual adds) over the whole activation on
-one core, and the idle threads of its BLAS spin for a while after each product, on the core the numpy attention
-threads need. Here a layer is a few passes over its rows, shared among cpu_math's threads: each block of ROWS
-rows gets its layer norm, products (numpy's BLAS, one thread per caller), activation and residual add while it is
-in cache, and MLX's BLAS is not used at all. Only attention (the heads) and the convolution module's middle (each
-row needs its neighbours) wait for all rows. Weights are numpy views of the model's MLX arrays, not copies.
-model.py keeps its MLX layers for Metal and for batches of more than one sequence.
+"""Sortformer's Transformer layers on MLX's CPU device, in numpy over blocks of rows, as the shared FastConformer's
+(engine/fastconformer/cpu_layers.py, whose reasons hold here): each block of rows gets its products, residual adds
+and layer norms while it is in cache; only the attention waits for all rows. model.py keeps its MLX layers for Metal
+and for batches of more than one sequence.
 """
 
 from __future__ import annotations
@@ -14,98 +9,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 
-from omnid.engine.cpu_math import (
-    glu_depthwise_silu,
-    head_attention_np,
-    relative_attention_np,
-    silu_rows,
-)
-from omnid.engine.numpy_layers import Linear, Norm, as_numpy, blocks, scratch
+from omnid.engine.cpu_math import head_attention_np
+from omnid.engine.numpy_layers import Linear, Norm, blocks, scratch
 
 if TYPE_CHECKING:
-    from omnid.engine.sortformer.model import ConformerLayer, TransformerLayer
-
-class FeedForward:
-    """x += 0.5 * linear2(SiLU(linear1(norm(x)))) on a block of rows."""
-
-    def __init__(self, norm: nn.LayerNorm, linear1: nn.Linear, linear2: nn.Linear):
-        self.norm, self.linear1, self.linear2 = Norm.of(norm), Linear.of(linear1), Linear.of(linear2)
-
-    def add_to(self, x: np.ndarray) -> None:
-        rows, (m, ff) = len(x), self.linear1.weight_t.shape
-        normed = scratch.get("normed", rows, m)
-        normed[:] = x
-        hidden = self.linear1(self.norm(normed), scratch.get("hidden", rows, ff))
-        silu_rows(hidden, scratch.get("denominator", rows, ff))
-        y = self.linear2(hidden, scratch.get("out", rows, m))
-        y *= 0.5
-        x += y
-
-
-class CpuConformerLayer:
-    """model.ConformerLayer on numpy arrays: updates the (T, d_model) residual stream in place."""
-
-    def __init__(self, layer: ConformerLayer):
-        self.ff1 = FeedForward(layer.norm_feed_forward1, layer.feed_forward1.linear1, layer.feed_forward1.linear2)
-        self.ff2 = FeedForward(layer.norm_feed_forward2, layer.feed_forward2.linear1, layer.feed_forward2.linear2)
-        self.norm_att, self.norm_conv, self.norm_out = (
-            Norm.of(n) for n in (layer.norm_self_att, layer.norm_conv, layer.norm_out))
-        att = layer.self_attn
-        self.heads = att.heads
-        self.q, self.k, self.v, self.o = (Linear.of(p) for p in (att.q_proj, att.k_proj, att.v_proj, att.o_proj))
-        self.relative_k = Linear.of(att.relative_k_proj)
-        self.bias_u, self.bias_v = as_numpy(att.bias_u), as_numpy(att.bias_v)
-        conv = layer.conv
-        self.pointwise1, self.pointwise2 = Linear.of(conv.pointwise_conv1), Linear.of(conv.pointwise_conv2)
-        # The batch norm folded into the depthwise convolution: (w x + b - mean) * s + beta.
-        norm = conv.norm
-        s = as_numpy(norm.weight * mx.rsqrt(norm.running_var + norm.eps))
-        self.depthwise_weight = as_numpy(conv.depthwise_conv.weight)[..., 0] * s[:, None]
-        self.depthwise_bias = (as_numpy(conv.depthwise_conv.bias) - as_numpy(norm.running_mean)) * s + as_numpy(norm.bias)
-
-    def __call__(self, x: np.ndarray, pos: np.ndarray) -> None:
-        t, m = x.shape
-        h = self.heads
-        q, k, v = (np.empty((t, m), np.float32) for _ in range(3))
-
-        def feed_forward1_and_projections(start: int, stop: int) -> None:
-            rows = x[start:stop]
-            self.ff1.add_to(rows)
-            normed = scratch.get("normed", stop - start, m)
-            normed[:] = rows
-            self.norm_att(normed)
-            for proj, out in ((self.q, q), (self.k, k), (self.v, v)):
-                proj(normed, out[start:stop])
-
-        blocks(feed_forward1_and_projections, t)
-        p = np.empty((len(pos), m), np.float32)
-        blocks(lambda start, stop: self.relative_k(pos[start:stop], p[start:stop]), len(pos))
-        att = relative_attention_np(q.reshape(1, t, h, -1), self.bias_u, self.bias_v, k.reshape(1, t, h, -1),
-                                    p.reshape(-1, h, m // h), v.reshape(1, t, h, -1), 1 / math.sqrt(m // h))[0]
-        att = att.reshape(t, m)
-        y = np.empty((t, 2 * m), np.float32)
-
-        def attention_out_and_pointwise1(start: int, stop: int) -> None:
-            rows = x[start:stop]
-            rows += self.o(att[start:stop], scratch.get("out", stop - start, m))
-            normed = scratch.get("normed", stop - start, m)
-            normed[:] = rows
-            self.pointwise1(self.norm_conv(normed), y[start:stop])
-
-        blocks(attention_out_and_pointwise1, t)
-        g = glu_depthwise_silu(y, self.depthwise_weight, self.depthwise_bias)
-
-        def pointwise2_feed_forward2_and_norm(start: int, stop: int) -> None:
-            rows = x[start:stop]
-            rows += self.pointwise2(g[start:stop], scratch.get("out", stop - start, m))
-            self.ff2.add_to(rows)
-            self.norm_out(rows)
-
-        blocks(pointwise2_feed_forward2_and_norm, t)
+    from omnid.engine.sortformer.model import TransformerLayer
 
 
 class CpuTransformerLayer:
@@ -148,18 +58,3 @@ class CpuTransformerLayer:
             self.norm_out(rows)
 
         blocks(rest, t)
-
-
-def linear(x: np.ndarray, layer: nn.Module, relu: bool = False) -> np.ndarray:
-    """layer(x) over the last axis of x (a Linear, or a 1x1 convolution), ReLU after it if asked, in row blocks."""
-    proj = Linear.of(layer)
-    rows = x.reshape(-1, x.shape[-1])
-    out = np.empty((len(rows), proj.weight_t.shape[1]), np.float32)
-
-    def block(start: int, stop: int) -> None:
-        proj(rows[start:stop], out[start:stop])
-        if relu:
-            np.maximum(out[start:stop], 0.0, out=out[start:stop])
-
-    blocks(block, len(rows))
-    return out.reshape(*x.shape[:-1], -1)

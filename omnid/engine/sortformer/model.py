@@ -1,5 +1,5 @@
-"""Streaming Sortformer in MLX (NeMo's ``SortformerEncLabelModel``, v2/v2.1): a dw-striding convolutional
-pre-encode (x8 in time), a FastConformer with Transformer-XL relative-position attention, a projection, a post-LN
+"""Streaming Sortformer in MLX (NeMo's ``SortformerEncLabelModel``, v2/v2.1): the shared FastConformer
+(engine/fastconformer: dw-striding pre-encode x8 in time, relative-position attention), a projection, a post-LN
 Transformer without positions, and a sigmoid head giving each 80 ms frame four independent speaker probabilities.
 
 Module and tensor names follow mlx-community's layout (checkpoint.py maps NeMo's onto them). Everything runs in
@@ -10,190 +10,18 @@ changes: a whole recording's pre-encoded frames (offline), or ``[speaker cache |
 from __future__ import annotations
 
 import math
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from omnid.engine.cpu_math import (
-    conv2d_stride2_relu,
-    depthwise_conv1d,
-    depthwise_conv2d_stride2,
-    depthwise_conv2d_stride2_padded,
-    head_attention,
-    relative_attention,
-    sigmoid,
-    silu,
-    silu_of_fresh,
-)
+from omnid.engine.cpu_math import head_attention, sigmoid
+from omnid.engine.fastconformer.cpu_layers import linear
+from omnid.engine.fastconformer.model import FastConformer, on_cpu
 from omnid.engine.numpy_layers import through_layers
 from omnid.engine.sortformer.checkpoint import Checkpoint, Dims
-from omnid.engine.sortformer.cpu_layers import CpuConformerLayer, CpuTransformerLayer, linear
-
-
-class Subsampling(nn.Module):
-    """Conv2d 3x3/2 -> ReLU -> (depthwise 3x3/2, pointwise 1x1, ReLU) x 2 over (time, frequency), then the
-    channels x frequency features of each frame (channel-major, as NeMo flattens) -> d_model."""
-
-    def __init__(self, d: Dims):
-        super().__init__()
-        c = d.subsampling_channels
-        self.layers_0 = nn.Conv2d(1, c, 3, stride=2, padding=1)
-        self.layers_2 = nn.Conv2d(c, c, 3, stride=2, padding=1, groups=c)
-        self.layers_3 = nn.Conv2d(c, c, 1)
-        self.layers_5 = nn.Conv2d(c, c, 3, stride=2, padding=1, groups=c)
-        self.layers_6 = nn.Conv2d(c, c, 1)
-        self.linear = nn.Linear(c * -(-d.n_mels // 8), d.fc_d_model)
-
-    def __call__(self, mel: mx.array) -> mx.array:
-        """mel (B, T, n_mels) -> (B, ceil(T / 8), d_model)."""
-        if _on_cpu(mel):
-            mx.eval(mel)
-            return mx.array(self._cpu(np.asarray(mel)[0]))[None]
-        x = nn.relu(self.layers_0(mel[..., None]))
-        x = nn.relu(self.layers_3(self.layers_2(x)))
-        x = nn.relu(self.layers_6(self.layers_5(x)))
-        b, t, f, c = x.shape
-        return self.linear(x.transpose(0, 1, 3, 2).reshape(b, t, c * f))
-
-    def _cpu(self, mel: np.ndarray) -> np.ndarray:
-        """The same in numpy on the pool's threads: the first convolution writes its ReLU straight into the first
-        depthwise one's padded input, and the largest activation (2x fewer frames, 64 x 256 features a frame) is
-        never copied into or out of MLX."""
-        x = conv2d_stride2_relu(mel, *_conv(self.layers_0))
-        x = linear(depthwise_conv2d_stride2_padded(x, *_conv(self.layers_2)), self.layers_3, relu=True)
-        x = linear(depthwise_conv2d_stride2(x, *_conv(self.layers_5)), self.layers_6, relu=True)
-        t, f, c = x.shape
-        return linear(x.transpose(0, 2, 1).reshape(t, c * f), self.linear)
-
-
-def _conv(conv: nn.Conv2d) -> tuple[np.ndarray, np.ndarray]:
-    return np.asarray(conv.weight, dtype=np.float32), np.asarray(conv.bias, dtype=np.float32)
-
-
-def _on_cpu(x: mx.array) -> bool:
-    """One sequence on MLX's CPU device: cpu_layers' numpy layers run it."""
-    return mx.default_device() == mx.cpu and x.shape[0] == 1
-
-
-@lru_cache(maxsize=8)
-def relative_positions(length: int, d_model: int) -> mx.array:
-    """Transformer-XL sinusoids for relative positions length-1 ... -(length-1), sin and cos interleaved, in
-    float32 arithmetic as NeMo computes them."""
-    pos = np.arange(length - 1, -length, -1, dtype=np.float32)[:, None]
-    div = np.exp(np.arange(0, d_model, 2, dtype=np.float32) * np.float32(-math.log(10000.0) / d_model))
-    pe = np.zeros((2 * length - 1, d_model), np.float32)
-    pe[:, 0::2] = np.sin(pos * div)
-    pe[:, 1::2] = np.cos(pos * div)
-    return mx.array(pe)
-
-
-class RelPositionAttention(nn.Module):
-    def __init__(self, d: Dims):
-        super().__init__()
-        m, self.heads = d.fc_d_model, d.fc_heads
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(m, m) for _ in range(4))
-        self.relative_k_proj = nn.Linear(m, m, bias=False)
-        self.bias_u = mx.zeros((d.fc_heads, m // d.fc_heads))
-        self.bias_v = mx.zeros((d.fc_heads, m // d.fc_heads))
-
-    def __call__(self, x: mx.array, pos: mx.array) -> mx.array:
-        b, t, m = x.shape
-        h, dk = self.heads, m // self.heads
-        q, k, v = (proj(x).reshape(b, t, h, dk) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        p = self.relative_k_proj(pos).reshape(-1, h, dk)
-        out = relative_attention(q, self.bias_u, self.bias_v, k, p, v, 1 / math.sqrt(dk))
-        return self.o_proj(out.reshape(b, t, m))
-
-
-class FeedForward(nn.Module):
-    def __init__(self, m: int, ff: int):
-        super().__init__()
-        self.linear1 = nn.Linear(m, ff)
-        self.linear2 = nn.Linear(ff, m)
-
-    def __call__(self, x: mx.array) -> mx.array:
-        return self.linear2(silu_of_fresh(self.linear1(x)))
-
-
-class BatchNorm(nn.Module):
-    """Inference batch norm on running statistics."""
-
-    def __init__(self, n: int, eps: float = 1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight, self.bias = mx.ones((n,)), mx.zeros((n,))
-        self.running_mean, self.running_var = mx.zeros((n,)), mx.ones((n,))
-
-    def __call__(self, x: mx.array) -> mx.array:
-        return (x - self.running_mean) * mx.rsqrt(self.running_var + self.eps) * self.weight + self.bias
-
-
-class ConvModule(nn.Module):
-    """Pointwise conv -> GLU -> depthwise conv (k9) -> batch norm -> SiLU -> pointwise conv."""
-
-    def __init__(self, d: Dims):
-        super().__init__()
-        m, k = d.fc_d_model, d.conv_kernel
-        self.pointwise_conv1 = nn.Conv1d(m, 2 * m, 1)
-        self.depthwise_conv = nn.Conv1d(m, m, k, padding=(k - 1) // 2, groups=m)
-        self.norm = BatchNorm(m)
-        self.pointwise_conv2 = nn.Conv1d(m, m, 1)
-
-    def __call__(self, x: mx.array) -> mx.array:
-        a, gate = mx.split(self.pointwise_conv1(x), 2, axis=-1)
-        conv = self.depthwise_conv
-        x = depthwise_conv1d(a * sigmoid(gate), conv.weight, conv.bias)
-        return self.pointwise_conv2(silu(self.norm(x)))
-
-
-class ConformerLayer(nn.Module):
-    def __init__(self, d: Dims):
-        super().__init__()
-        m = d.fc_d_model
-        self.norm_feed_forward1 = nn.LayerNorm(m)
-        self.feed_forward1 = FeedForward(m, d.fc_ff)
-        self.norm_self_att = nn.LayerNorm(m)
-        self.self_attn = RelPositionAttention(d)
-        self.norm_conv = nn.LayerNorm(m)
-        self.conv = ConvModule(d)
-        self.norm_feed_forward2 = nn.LayerNorm(m)
-        self.feed_forward2 = FeedForward(m, d.fc_ff)
-        self.norm_out = nn.LayerNorm(m)
-
-    def __call__(self, x: mx.array, pos: mx.array) -> mx.array:
-        x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
-        x = x + self.self_attn(self.norm_self_att(x), pos)
-        x = x + self.conv(self.norm_conv(x))
-        x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
-        return self.norm_out(x)
-
-
-class FastConformer(nn.Module):
-    def __init__(self, d: Dims):
-        super().__init__()
-        self.d = d
-        self.subsampling = Subsampling(d)
-        self.layers = [ConformerLayer(d) for _ in range(d.fc_layers)]
-
-    def encode(self, x: mx.array) -> mx.array:
-        """Pre-encoded frames (B, T, d_model) -> encoded (B, T, d_model)."""
-        if self.d.xscaling:
-            x = x * math.sqrt(self.d.fc_d_model)
-        pos = relative_positions(x.shape[1], self.d.fc_d_model)
-        if _on_cpu(x):
-            mx.eval(pos)
-            return through_layers(x[0], self._cpu_layers, np.asarray(pos))[None]
-        for layer in self.layers:
-            x = layer(x, pos)
-            mx.eval(x)  # one layer's graph at a time: bounded temporaries
-        return x
-
-    @cached_property
-    def _cpu_layers(self) -> list[CpuConformerLayer]:
-        """Built at the first CPU pass, after the weights are loaded (numpy views of them)."""
-        return [CpuConformerLayer(layer) for layer in self.layers]
+from omnid.engine.sortformer.cpu_layers import CpuTransformerLayer
 
 
 class TransformerAttention(nn.Module):
@@ -242,7 +70,7 @@ class TransformerEncoder(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         if "embed_positions" in self:
             x = x + self.embed_positions.weight[: x.shape[1]]
-        if _on_cpu(x):
+        if on_cpu(x):
             return through_layers(x[0], self._cpu_layers)[None]
         for layer in self.layers:
             x = layer(x)
@@ -265,13 +93,13 @@ class Heads(nn.Module):
         self.hidden_to_spks = nn.Linear(2 * f, d.n_spk)  # in every checkpoint, unused by inference
 
     def project(self, x: mx.array) -> mx.array:
-        if _on_cpu(x):
+        if on_cpu(x):
             mx.eval(x)
             return mx.array(linear(np.asarray(x)[0], self.encoder_proj))[None]
         return self.encoder_proj(x)
 
     def speakers(self, h: mx.array) -> mx.array:
-        if _on_cpu(h):
+        if on_cpu(h):
             mx.eval(h)
             hidden = linear(np.maximum(np.asarray(h)[0], 0.0), self.first_hidden_to_hidden, relu=True)
             return sigmoid(mx.array(linear(hidden, self.single_hidden_to_spks))[None])
@@ -282,7 +110,7 @@ class Sortformer(nn.Module):
     def __init__(self, d: Dims, positions: int = 0):
         super().__init__()
         self.dims = d
-        self.fc_encoder = FastConformer(d)
+        self.fc_encoder = FastConformer(d.conformer)
         self.tf_encoder = TransformerEncoder(d, positions)
         self.sortformer_modules = Heads(d)
 

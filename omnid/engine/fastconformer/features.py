@@ -1,4 +1,4 @@
-"""NeMo's front end for Sortformer v2/v2.1 (``FilterbankFeatures``), in numpy: pre-emphasis 0.97, a symmetric
+"""NeMo's log-mel front end (``FilterbankFeatures``) as Sortformer v2/v2.1 configures it, in numpy: pre-emphasis 0.97, a symmetric
 Hann window of 400 samples centred in 512, 256 zeros of centre padding each side (not reflect), power spectrum,
 Slaney mel filters, ``log(mel + 2^-24)``; no normalisation, no dither, no gain; samples past +-1e6 clipped.
 
