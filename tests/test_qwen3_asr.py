@@ -207,9 +207,15 @@ def test_a_long_prompt_is_prefilled_in_blocks_with_the_same_result(engine: Qwen3
     whole = engine.generate(ids, features, 12)
     monkeypatch.setattr(qwen_batch, "PREFILL_BLOCK", 7)  # 142 prompt ids in 21 blocks (MLX decoder)
     monkeypatch.setattr(cpu_decoder, "BLOCK", 7)  # (numpy decoder)
+    monkeypatch.setattr(cpu_decoder, "QUERIES", 3)  # each block's attention in runs of 3, 3 and 1 queries
     blocked = engine.generate(ids, features, 12)
     assert (blocked.tokens, blocked.finish) == (whole.tokens, whole.finish)
     assert blocked.logprob == pytest.approx(whole.logprob, abs=1e-4)
+    monkeypatch.setattr(cpu_decoder, "BLOCK", 1024)
+    monkeypatch.setattr(cpu_decoder, "QUERIES", 5)  # one block, its attention in 29 runs (the last of 2)
+    runs = engine.generate(ids, features, 12)
+    assert (runs.tokens, runs.finish) == (whole.tokens, whole.finish)
+    assert runs.logprob == pytest.approx(whole.logprob, abs=1e-4)
 
 
 def test_a_detected_language_is_forced_for_the_rest_of_the_segment(engine: Qwen3AsrEngine) -> None:
