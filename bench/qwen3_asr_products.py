@@ -11,10 +11,15 @@ prompt) for --seconds of audio, timed in each library with both cores busy the w
 * torch: one call, torch's intra-op threads (2), as the official code runs under qwen-asr.
 
 Each product runs --repeats times after a warm-up; its median times the number of times the stage runs it. The
-sum per stage is what that stage would cost if nothing but its products took time. torch's worker runs in the
+sum per stage is what that stage would cost if nothing but its products took time.
+
+The decode row is one token's step: one row through every decoder weight (28 layers and the 151,936-row tied head,
+2.4 GB in float32), all of them held at once, so that each step reads them from memory as a real decode does (one
+product repeated on a weight that fits the cache would time the cache). Its median over --repeats steps is the
+floor of a float32 decode step on this machine, set by its memory bandwidth. torch's worker runs in the
 golden scripts' throwaway virtualenv (--torch-python, default /tmp/qref/bin/python).
 
-    .venv/bin/python bench/qwen3_asr_products.py                 # 10 s and 60 s
+    .venv/bin/python bench/qwen3_asr_products.py                 # 10 s and 60 s, and one decode step
     .venv/bin/python bench/qwen3_asr_products.py --seconds 10 --repeats 5
 """
 
@@ -35,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TORCH_PYTHON = Path(os.environ.get("OMNID_QWEN_REF_PYTHON", "/tmp/qref/bin/python"))
 THREADS = 2
 D, FFN, LAYERS, CONV, TEXT, TEXT_FFN, TEXT_LAYERS, Q_OUT, KV_OUT = 896, 3584, 18, 480, 1024, 3072, 28, 2048, 1024
+VOCAB = 151936
 
 
 def audio_tokens(seconds: float) -> tuple[int, int]:
@@ -58,6 +64,13 @@ def products(seconds: float, prompt_extra: int) -> dict[str, list[tuple[int, int
                (rows, Q_OUT, TEXT, TEXT_LAYERS), (rows, TEXT, TEXT_FFN, 2 * TEXT_LAYERS),
                (rows, TEXT_FFN, TEXT, TEXT_LAYERS)]
     return {"encoder": encoder, "prefill": prefill}
+
+
+def decode_weights() -> list[tuple[int, int]]:
+    """(columns, inner) of every weight one decode step reads, in order: 28 layers, then the head."""
+    layer = [(Q_OUT, TEXT), (KV_OUT, TEXT), (KV_OUT, TEXT), (TEXT, Q_OUT), (TEXT_FFN, TEXT), (TEXT_FFN, TEXT),
+             (TEXT, TEXT_FFN)]
+    return layer * TEXT_LAYERS + [(VOCAB, TEXT)]
 
 
 def _median_time(run, repeats: int) -> float:
@@ -97,6 +110,49 @@ def worker_numpy(shapes: list[tuple[int, int, int, int]], repeats: int) -> dict:
     return {"numpy, columns on 2 threads": split, "numpy, BLAS 2 threads": threaded}
 
 
+def worker_numpy_decode(repeats: int) -> dict:
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    pool = ThreadPoolExecutor(THREADS)
+    weights = [np.full((n, k), 1e-3, np.float32) for n, k in decode_weights()]
+    row = np.ones((1, TEXT_FFN), np.float32)
+
+    def step_split() -> None:
+        def columns(w: np.ndarray, start: int, share: int) -> None:
+            np.matmul(row[:, : w.shape[1]], w[start : start + share].T)
+
+        for w in weights:
+            share = -(-w.shape[0] // THREADS)
+            for done in [pool.submit(columns, w, s, share) for s in range(0, w.shape[0], share)]:
+                done.result()
+
+    def step_threaded() -> None:
+        for w in weights:
+            np.matmul(row[:, : w.shape[1]], w.T)
+
+    with threadpool_limits(1):
+        split = _median_time(step_split, repeats)
+    with threadpool_limits(THREADS):
+        threaded = _median_time(step_threaded, repeats)
+    return {"numpy, columns on 2 threads": split, "numpy, BLAS 2 threads": threaded}
+
+
+def worker_torch_decode(repeats: int) -> dict:
+    import torch
+
+    torch.set_num_threads(THREADS)
+    weights = [torch.full((n, k), 1e-3) for n, k in decode_weights()]
+    row = torch.ones(1, TEXT_FFN)
+
+    def step() -> None:
+        for w in weights:
+            torch.nn.functional.linear(row[:, : w.shape[1]], w)
+
+    with torch.inference_mode():
+        return {"torch, 2 threads": _median_time(step, repeats)}
+
+
 def worker_torch(shapes: list[tuple[int, int, int, int]], repeats: int) -> dict:
     import torch
 
@@ -110,8 +166,9 @@ def worker_torch(shapes: list[tuple[int, int, int, int]], repeats: int) -> dict:
     return {"torch, 2 threads": total}
 
 
-def spawn(python: str, system: str, shapes: list, repeats: int) -> dict:
-    out = subprocess.run([python, __file__, "--worker", system, "--shapes", json.dumps(shapes),
+def spawn(python: str, system: str, shapes: list | str, repeats: int) -> dict:
+    out = subprocess.run([python, __file__, "--worker", system, "--shapes",
+                          shapes if isinstance(shapes, str) else json.dumps(shapes),
                           "--repeats", str(repeats)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -135,8 +192,11 @@ def main() -> None:
     p.add_argument("--shapes")
     args = p.parse_args()
     if args.worker:
-        shapes = [tuple(s) for s in json.loads(args.shapes)]
-        result = (worker_numpy if args.worker == "numpy" else worker_torch)(shapes, args.repeats)
+        if args.shapes == "decode":
+            result = (worker_numpy_decode if args.worker == "numpy" else worker_torch_decode)(args.repeats)
+        else:
+            shapes = [tuple(s) for s in json.loads(args.shapes)]
+            result = (worker_numpy if args.worker == "numpy" else worker_torch)(shapes, args.repeats)
         print(json.dumps(result))
         return
     if not Path(args.torch_python).exists():
@@ -153,6 +213,15 @@ def main() -> None:
             print(f"| {seconds:g} s | {stage} | {times['numpy, columns on 2 threads']:.3f} | "
                   f"{times['numpy, BLAS 2 threads']:.3f} | {times['torch, 2 threads']:.3f} | "
                   f"{best / times['torch, 2 threads']:.2f}x |", flush=True)
+    times = spawn(sys.executable, "numpy", "decode", args.repeats) | spawn(args.torch_python, "torch", "decode",
+                                                                           args.repeats)
+    best = min(times["numpy, columns on 2 threads"], times["numpy, BLAS 2 threads"])
+    gigabytes = sum(n * k for n, k in decode_weights()) * 4 / 1e9
+    print(f"| any | decode step ({gigabytes:.2f} GB of weights) | {times['numpy, columns on 2 threads']:.3f} | "
+          f"{times['numpy, BLAS 2 threads']:.3f} | {times['torch, 2 threads']:.3f} | "
+          f"{best / times['torch, 2 threads']:.2f}x |")
+    print(f"decode floor: numpy {best * 1000:.1f} ms/token ({gigabytes / best:.1f} GB/s), torch "
+          f"{times['torch, 2 threads'] * 1000:.1f} ms/token ({gigabytes / times['torch, 2 threads']:.1f} GB/s)")
 
 
 if __name__ == "__main__":
