@@ -15,8 +15,8 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from omnid.engine.sortformer.checkpoint import resolve_interpolations
-from omnid.engine.sortformer.torch_zip import read_state_dict
+from omnid.engine.nemo.archive import resolve_interpolations
+from omnid.engine.nemo.torch_zip import read_state_dict
 
 
 def modules() -> tuple[Any, Any, Any]:

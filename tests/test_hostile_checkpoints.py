@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from omnid.engine.errors import CheckpointError
+from omnid.engine.nemo.torch_zip import read_state_dict
 from omnid.engine.sortformer import checkpoint as ck
-from omnid.engine.sortformer.torch_zip import read_state_dict
 from omnid.runtime.models import named
 from tests.helpers import ROOT
 

@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 from omnid.engine.errors import CheckpointError
-from omnid.engine.fastconformer.features import log_mel
+from omnid.engine.nemo import archive
+from omnid.engine.nemo.features import log_mel
+from omnid.engine.nemo.torch_zip import read_state_dict
 from omnid.engine.sortformer import checkpoint as ck
 from omnid.engine.sortformer.engine import SortformerEngine
-from omnid.engine.sortformer.torch_zip import read_state_dict
 from tests.sortformer_clips import CLIPS
 
 GOLDENS = Path(__file__).parent / "goldens" / "sortformer_tiny"
@@ -254,11 +255,11 @@ def mlx_folder(tmp_path: Path, positions: str) -> Path:
 def test_yaml_interpolations_resolve_against_the_root():
     cfg = {"sample_rate": 16000, "preprocessor": {"sample_rate": "${model.sample_rate}", "name": "sr=${sample_rate}"},
            "a": {"b": "${preprocessor.sample_rate}"}}
-    assert ck.resolve_interpolations(cfg) == {"sample_rate": 16000,
+    assert archive.resolve_interpolations(cfg) == {"sample_rate": 16000,
                                               "preprocessor": {"sample_rate": 16000, "name": "sr=16000"},
                                               "a": {"b": 16000}}
     with pytest.raises(CheckpointError, match="unresolved reference"):
-        ck.resolve_interpolations({"x": "${nowhere.at_all}"})
+        archive.resolve_interpolations({"x": "${nowhere.at_all}"})
 
 
 def test_a_pinned_checkpoint_whose_bytes_changed_fails_naming_the_file(tmp_path):

@@ -1,5 +1,5 @@
 """Sortformer's Transformer layers on MLX's CPU device, in numpy over blocks of rows, as the shared FastConformer's
-(engine/fastconformer/cpu_layers.py, whose reasons hold here): each block of rows gets its products, residual adds
+(engine/nemo/cpu_fastconformer.py, whose reasons hold here): each block of rows gets its products, residual adds
 and layer norms while it is in cache; only the attention waits for all rows. model.py keeps its MLX layers for Metal
 and for batches of more than one sequence.
 """

@@ -18,8 +18,8 @@ import mlx.core as mx
 import numpy as np
 import structlog
 
-from omnid.engine.fastconformer.features import log_mel
 from omnid.engine.interface import Check
+from omnid.engine.nemo.features import log_mel
 from omnid.engine.sortformer.checkpoint import Checkpoint, Streaming, load
 from omnid.engine.sortformer.model import Sortformer
 from omnid.engine.sortformer.state import StreamState, feed_compress, feed_update, nemo_update

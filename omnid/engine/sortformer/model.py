@@ -1,5 +1,5 @@
 """Streaming Sortformer in MLX (NeMo's ``SortformerEncLabelModel``, v2/v2.1): the shared FastConformer
-(engine/fastconformer: dw-striding pre-encode x8 in time, relative-position attention), a projection, a post-LN
+(engine/nemo: dw-striding pre-encode x8 in time, relative-position attention), a projection, a post-LN
 Transformer without positions, and a sigmoid head giving each 80 ms frame four independent speaker probabilities.
 
 Module and tensor names follow mlx-community's layout (checkpoint.py maps NeMo's onto them). Everything runs in
@@ -17,8 +17,8 @@ import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import head_attention, sigmoid
-from omnid.engine.fastconformer.cpu_layers import linear
-from omnid.engine.fastconformer.model import FastConformer, on_cpu
+from omnid.engine.nemo.cpu_fastconformer import linear
+from omnid.engine.nemo.fastconformer import FastConformer, on_cpu
 from omnid.engine.numpy_layers import through_layers
 from omnid.engine.sortformer.checkpoint import Checkpoint, Dims
 from omnid.engine.sortformer.cpu_layers import CpuTransformerLayer

@@ -7,7 +7,7 @@ threads need. Here a layer is a few passes over its rows, shared among cpu_math'
 rows gets its layer norm, products (numpy's BLAS, one thread per caller), activation and residual add while it is
 in cache, and MLX's BLAS is not used at all. Only attention (the heads) and the convolution module's middle (each
 row needs its neighbours) wait for all rows. Weights are numpy views of the model's MLX arrays, not copies.
-model.py keeps its MLX layers for Metal and for batches of more than one sequence.
+fastconformer.py keeps its MLX layers for Metal and for batches of more than one sequence.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from omnid.engine.cpu_math import glu_depthwise_silu, relative_attention_np, sil
 from omnid.engine.numpy_layers import Linear, Norm, as_numpy, blocks, scratch
 
 if TYPE_CHECKING:
-    from omnid.engine.fastconformer.model import ConformerLayer
+    from omnid.engine.nemo.fastconformer import ConformerLayer
 
 
 class FeedForward:

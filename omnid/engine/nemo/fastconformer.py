@@ -2,7 +2,7 @@
 the same network with their own sizes): the dw-striding convolutional pre-encode (x8 in time), then Conformer
 layers with Transformer-XL relative-position attention (half-step feed-forwards around attention and a convolution
 module). Module names follow mlx-community's layout, which the kinds' checkpoint readers map NeMo's names onto.
-On MLX's CPU device one sequence runs in numpy (cpu_layers.py, and cpu_math's convolutions); Metal and batches of
+On MLX's CPU device one sequence runs in numpy (cpu_fastconformer.py, and cpu_math's convolutions); Metal and batches of
 more than one sequence keep the MLX layers.
 """
 
@@ -26,7 +26,7 @@ from omnid.engine.cpu_math import (
     silu,
     silu_of_fresh,
 )
-from omnid.engine.fastconformer.cpu_layers import CpuConformerLayer, linear
+from omnid.engine.nemo.cpu_fastconformer import CpuConformerLayer, linear
 from omnid.engine.numpy_layers import through_layers
 
 
