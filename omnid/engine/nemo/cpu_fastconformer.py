@@ -62,7 +62,8 @@ class CpuConformerLayer:
         norm = conv.norm
         s = as_numpy(norm.weight * mx.rsqrt(norm.running_var + norm.eps))
         self.depthwise_weight = as_numpy(conv.depthwise_conv.weight)[..., 0] * s[:, None]
-        self.depthwise_bias = (as_numpy(conv.depthwise_conv.bias) - as_numpy(norm.running_mean)) * s + as_numpy(norm.bias)
+        bias = as_numpy(conv.depthwise_conv.bias) if "bias" in conv.depthwise_conv else 0.0
+        self.depthwise_bias = (bias - as_numpy(norm.running_mean)) * s + as_numpy(norm.bias)
 
     def __call__(self, x: np.ndarray, pos: np.ndarray) -> None:
         t, m = x.shape

@@ -9,6 +9,7 @@ more than one sequence keep the MLX layers.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -43,6 +44,7 @@ class ConformerDims:
     subsampling_factor: int
     subsampling_channels: int
     xscaling: bool
+    bias: bool = True  # the Conformer layers' linear maps and convolutions (Parakeet's have none: use_bias false)
 
 
 class Subsampling(nn.Module):
@@ -106,7 +108,7 @@ class RelPositionAttention(nn.Module):
     def __init__(self, d: ConformerDims):
         super().__init__()
         m, self.heads = d.d_model, d.heads
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(m, m) for _ in range(4))
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(m, m, bias=d.bias) for _ in range(4))
         self.relative_k_proj = nn.Linear(m, m, bias=False)
         self.bias_u = mx.zeros((d.heads, m // d.heads))
         self.bias_v = mx.zeros((d.heads, m // d.heads))
@@ -121,10 +123,10 @@ class RelPositionAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, m: int, ff: int):
+    def __init__(self, m: int, ff: int, bias: bool):
         super().__init__()
-        self.linear1 = nn.Linear(m, ff)
-        self.linear2 = nn.Linear(ff, m)
+        self.linear1 = nn.Linear(m, ff, bias=bias)
+        self.linear2 = nn.Linear(ff, m, bias=bias)
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.linear2(silu_of_fresh(self.linear1(x)))
@@ -149,15 +151,15 @@ class ConvModule(nn.Module):
     def __init__(self, d: ConformerDims):
         super().__init__()
         m, k = d.d_model, d.conv_kernel
-        self.pointwise_conv1 = nn.Conv1d(m, 2 * m, 1)
-        self.depthwise_conv = nn.Conv1d(m, m, k, padding=(k - 1) // 2, groups=m)
+        self.pointwise_conv1 = nn.Conv1d(m, 2 * m, 1, bias=d.bias)
+        self.depthwise_conv = nn.Conv1d(m, m, k, padding=(k - 1) // 2, groups=m, bias=d.bias)
         self.norm = BatchNorm(m)
-        self.pointwise_conv2 = nn.Conv1d(m, m, 1)
+        self.pointwise_conv2 = nn.Conv1d(m, m, 1, bias=d.bias)
 
     def __call__(self, x: mx.array) -> mx.array:
         a, gate = mx.split(self.pointwise_conv1(x), 2, axis=-1)
         conv = self.depthwise_conv
-        x = depthwise_conv1d(a * sigmoid(gate), conv.weight, conv.bias)
+        x = depthwise_conv1d(a * sigmoid(gate), conv.weight, conv.bias if "bias" in conv else None)
         return self.pointwise_conv2(silu(self.norm(x)))
 
 
@@ -166,13 +168,13 @@ class ConformerLayer(nn.Module):
         super().__init__()
         m = d.d_model
         self.norm_feed_forward1 = nn.LayerNorm(m)
-        self.feed_forward1 = FeedForward(m, d.ff)
+        self.feed_forward1 = FeedForward(m, d.ff, d.bias)
         self.norm_self_att = nn.LayerNorm(m)
         self.self_attn = RelPositionAttention(d)
         self.norm_conv = nn.LayerNorm(m)
         self.conv = ConvModule(d)
         self.norm_feed_forward2 = nn.LayerNorm(m)
-        self.feed_forward2 = FeedForward(m, d.ff)
+        self.feed_forward2 = FeedForward(m, d.ff, d.bias)
         self.norm_out = nn.LayerNorm(m)
 
     def __call__(self, x: mx.array, pos: mx.array) -> mx.array:
@@ -207,3 +209,70 @@ class FastConformer(nn.Module):
     def _cpu_layers(self) -> list[CpuConformerLayer]:
         """Built at the first CPU pass, after the weights are loaded (numpy views of them)."""
         return [CpuConformerLayer(layer) for layer in self.layers]
+
+
+def encoder_shapes(d: ConformerDims, prefix: str) -> dict[str, tuple[int, ...]]:
+    """Every tensor of a FastConformer under ``prefix``, with its shape in MLX layouts."""
+    c, m = d.subsampling_channels, d.d_model
+    shapes: dict[str, tuple[int, ...]] = {}
+    sub = f"{prefix}.subsampling"
+    shapes[f"{sub}.layers_0.weight"], shapes[f"{sub}.layers_0.bias"] = (c, 3, 3, 1), (c,)
+    for i in (2, 5):  # depthwise 3x3, then pointwise 1x1
+        shapes[f"{sub}.layers_{i}.weight"], shapes[f"{sub}.layers_{i}.bias"] = (c, 3, 3, 1), (c,)
+        shapes[f"{sub}.layers_{i + 1}.weight"], shapes[f"{sub}.layers_{i + 1}.bias"] = (c, 1, 1, c), (c,)
+    freq = -(-d.n_mels // d.subsampling_factor)
+    shapes[f"{sub}.linear.weight"], shapes[f"{sub}.linear.bias"] = (m, c * freq), (m,)
+
+    def weight(name: str, *shape: int, bias: bool = d.bias) -> None:
+        shapes[f"{name}.weight"] = shape
+        if bias:
+            shapes[f"{name}.bias"] = (shape[0],)
+
+    for i in range(d.layers):
+        p = f"{prefix}.layers.{i}"
+        for n in ("norm_feed_forward1", "norm_self_att", "norm_conv", "norm_feed_forward2", "norm_out"):
+            weight(f"{p}.{n}", m, bias=True)
+        for ff in ("feed_forward1", "feed_forward2"):
+            weight(f"{p}.{ff}.linear1", d.ff, m)
+            weight(f"{p}.{ff}.linear2", m, d.ff)
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            weight(f"{p}.self_attn.{proj}", m, m)
+        weight(f"{p}.self_attn.relative_k_proj", m, m, bias=False)
+        shapes[f"{p}.self_attn.bias_u"] = shapes[f"{p}.self_attn.bias_v"] = (d.heads, m // d.heads)
+        weight(f"{p}.conv.pointwise_conv1", 2 * m, 1, m)
+        weight(f"{p}.conv.depthwise_conv", m, d.conv_kernel, 1)
+        for s in ("weight", "bias", "running_mean", "running_var"):
+            shapes[f"{p}.conv.norm.{s}"] = (m,)
+        weight(f"{p}.conv.pointwise_conv2", m, 1, m)
+    return shapes
+
+
+# NeMo's names below ``encoder.`` (a .nemo's, and Parakeet's mlx-community folders') -> this module's.
+_ENCODER_RENAMES = (
+    (r"^pre_encode\.conv\.(\d+)\.", r"subsampling.layers_\1."),
+    (r"^pre_encode\.out\.", "subsampling.linear."),
+    (r"\.self_attn\.linear_q\.", ".self_attn.q_proj."),
+    (r"\.self_attn\.linear_k\.", ".self_attn.k_proj."),
+    (r"\.self_attn\.linear_v\.", ".self_attn.v_proj."),
+    (r"\.self_attn\.linear_out\.", ".self_attn.o_proj."),
+    (r"\.self_attn\.linear_pos\.", ".self_attn.relative_k_proj."),
+    (r"\.self_attn\.pos_bias_u$", ".self_attn.bias_u"),
+    (r"\.self_attn\.pos_bias_v$", ".self_attn.bias_v"),
+    (r"\.conv\.batch_norm\.", ".conv.norm."),
+)
+
+
+def encoder_name(name: str) -> str:
+    """A NeMo encoder tensor's name (without its ``encoder.``) -> the FastConformer module's."""
+    for pattern, repl in _ENCODER_RENAMES:
+        name = re.sub(pattern, repl, name)
+    return name
+
+
+def mlx_layout(name: str, t: np.ndarray) -> np.ndarray:
+    """A torch convolution weight in MLX's layout; anything else as it is."""
+    if t.ndim == 4:  # Conv2d (O, I, kH, kW) -> (O, kH, kW, I)
+        return t.transpose(0, 2, 3, 1)
+    if t.ndim == 3 and name.endswith("weight"):  # Conv1d (O, I, K) -> (O, K, I)
+        return t.transpose(0, 2, 1)
+    return t

@@ -21,7 +21,7 @@ import numpy as np
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.nemo import archive
-from omnid.engine.nemo.fastconformer import ConformerDims
+from omnid.engine.nemo.fastconformer import ConformerDims, encoder_name, encoder_shapes, mlx_layout
 from omnid.engine.nemo.features import FrontEnd, mel_filterbank, window
 from omnid.engine.nemo.torch_zip import read_state_dict
 from omnid.engine.pins import verify
@@ -99,49 +99,23 @@ EMBED_POSITIONS = "tf_encoder.embed_positions.weight"
 
 def expected_shapes(d: Dims) -> dict[str, tuple[int, ...]]:
     """Every tensor the model needs, with its shape in MLX layouts (``embed_positions`` is optional)."""
-    c, m, f = d.subsampling_channels, d.fc_d_model, d.tf_d_model
-    shapes: dict[str, tuple[int, ...]] = {}
-    sub = "fc_encoder.subsampling"
-    shapes[f"{sub}.layers_0.weight"], shapes[f"{sub}.layers_0.bias"] = (c, 3, 3, 1), (c,)
-    for i in (2, 5):  # depthwise 3x3, then pointwise 1x1
-        shapes[f"{sub}.layers_{i}.weight"], shapes[f"{sub}.layers_{i}.bias"] = (c, 3, 3, 1), (c,)
-        shapes[f"{sub}.layers_{i + 1}.weight"], shapes[f"{sub}.layers_{i + 1}.bias"] = (c, 1, 1, c), (c,)
-    freq = -(-d.n_mels // d.subsampling_factor)
-    shapes[f"{sub}.linear.weight"], shapes[f"{sub}.linear.bias"] = (m, c * freq), (m,)
+    m, f = d.fc_d_model, d.tf_d_model
+    shapes = encoder_shapes(d.conformer, "fc_encoder")
 
     def linear(name: str, out: int, inp: int, bias: bool = True) -> None:
         shapes[f"{name}.weight"] = (out, inp)
         if bias:
             shapes[f"{name}.bias"] = (out,)
 
-    def norm(name: str, n: int) -> None:
-        shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (n,), (n,)
-
-    for i in range(d.fc_layers):
-        p = f"fc_encoder.layers.{i}"
-        for n in ("norm_feed_forward1", "norm_self_att", "norm_conv", "norm_feed_forward2", "norm_out"):
-            norm(f"{p}.{n}", m)
-        for ff in ("feed_forward1", "feed_forward2"):
-            linear(f"{p}.{ff}.linear1", d.fc_ff, m)
-            linear(f"{p}.{ff}.linear2", m, d.fc_ff)
-        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            linear(f"{p}.self_attn.{proj}", m, m)
-        linear(f"{p}.self_attn.relative_k_proj", m, m, bias=False)
-        shapes[f"{p}.self_attn.bias_u"] = shapes[f"{p}.self_attn.bias_v"] = (d.fc_heads, m // d.fc_heads)
-        shapes[f"{p}.conv.pointwise_conv1.weight"], shapes[f"{p}.conv.pointwise_conv1.bias"] = (2 * m, 1, m), (2 * m,)
-        shapes[f"{p}.conv.depthwise_conv.weight"], shapes[f"{p}.conv.depthwise_conv.bias"] = (m, d.conv_kernel, 1), (m,)
-        for s in ("weight", "bias", "running_mean", "running_var"):
-            shapes[f"{p}.conv.norm.{s}"] = (m,)
-        shapes[f"{p}.conv.pointwise_conv2.weight"], shapes[f"{p}.conv.pointwise_conv2.bias"] = (m, 1, m), (m,)
     for i in range(d.tf_layers):
         p = f"tf_encoder.layers.{i}"
         for proj in ("q_proj", "v_proj", "out_proj"):
             linear(f"{p}.self_attn.{proj}", f, f)
         linear(f"{p}.self_attn.k_proj", f, f, bias=d.k_bias)
-        norm(f"{p}.self_attn_layer_norm", f)
+        shapes[f"{p}.self_attn_layer_norm.weight"] = shapes[f"{p}.self_attn_layer_norm.bias"] = (f,)
         linear(f"{p}.fc1", d.tf_inner, f)
         linear(f"{p}.fc2", f, d.tf_inner)
-        norm(f"{p}.final_layer_norm", f)
+        shapes[f"{p}.final_layer_norm.weight"] = shapes[f"{p}.final_layer_norm.bias"] = (f,)
     linear("sortformer_modules.encoder_proj", f, m)
     linear("sortformer_modules.first_hidden_to_hidden", f, f)
     linear("sortformer_modules.single_hidden_to_spks", d.n_spk, f)
@@ -267,17 +241,6 @@ def _check_front(front: FrontEnd, dims: Dims, source: Path) -> None:
 
 # NeMo state-dict names -> mlx-community names (mlx-audio's converter's renames).
 _RENAMES = (
-    (r"^encoder\.pre_encode\.conv\.(\d+)\.", r"fc_encoder.subsampling.layers_\1."),
-    (r"^encoder\.pre_encode\.out\.", "fc_encoder.subsampling.linear."),
-    (r"^encoder\.layers\.", "fc_encoder.layers."),
-    (r"\.self_attn\.linear_q\.", ".self_attn.q_proj."),
-    (r"\.self_attn\.linear_k\.", ".self_attn.k_proj."),
-    (r"\.self_attn\.linear_v\.", ".self_attn.v_proj."),
-    (r"\.self_attn\.linear_out\.", ".self_attn.o_proj."),
-    (r"\.self_attn\.linear_pos\.", ".self_attn.relative_k_proj."),
-    (r"\.self_attn\.pos_bias_u$", ".self_attn.bias_u"),
-    (r"\.self_attn\.pos_bias_v$", ".self_attn.bias_v"),
-    (r"\.conv\.batch_norm\.", ".conv.norm."),
     (r"^transformer_encoder\.", "tf_encoder."),
     (r"\.first_sub_layer\.query_net\.", ".self_attn.q_proj."),
     (r"\.first_sub_layer\.key_net\.", ".self_attn.k_proj."),
@@ -291,17 +254,11 @@ _RENAMES = (
 
 
 def nemo_name(name: str) -> str:
+    if name.startswith("encoder."):
+        return "fc_encoder." + encoder_name(name.removeprefix("encoder."))
     for pattern, repl in _RENAMES:
         name = re.sub(pattern, repl, name)
     return name
-
-
-def _mlx_layout(name: str, t: np.ndarray) -> np.ndarray:
-    if t.ndim == 4:  # Conv2d (O, I, kH, kW) -> (O, kH, kW, I)
-        return t.transpose(0, 2, 3, 1)
-    if t.ndim == 3 and name.endswith("weight"):  # Conv1d (O, I, K) -> (O, K, I)
-        return t.transpose(0, 2, 1)
-    return t
 
 
 def _load_nemo(path: Path) -> Checkpoint:
@@ -330,7 +287,7 @@ def _load_nemo(path: Path) -> Checkpoint:
         if name.startswith("preprocessor."):
             buffers[name] = t
             continue
-        weights[nemo_name(name)] = _mlx_layout(name, t.astype(np.float32))
+        weights[nemo_name(name)] = mlx_layout(name, t.astype(np.float32))
     _check_buffers(buffers, front, path)
     check_tensors(weights, dims, path)
     if EMBED_POSITIONS in weights:
