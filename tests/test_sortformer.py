@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from omnid.engine.errors import CheckpointError
-from omnid.engine.nemo import archive
+from omnid.engine.nemo import archive, features
 from omnid.engine.nemo.features import log_mel
 from omnid.engine.nemo.torch_zip import read_state_dict
 from omnid.engine.sortformer import checkpoint as ck
@@ -213,8 +213,8 @@ def test_the_nemo_front_end_buffers_are_checked_against_omnids(monkeypatch):
     """The .nemo's own filterbank and window agree with omnid's within 1e-6 (it loads); a front end off by
     1e-5 (here omnid's, perturbed) fails at load, naming the buffer."""
     assert ck.load(NEMO).layout == "nemo"
-    real = ck.mel_filterbank
-    monkeypatch.setattr(ck, "mel_filterbank", lambda front: real(front) + np.float32(1e-5))
+    real = features.mel_filterbank
+    monkeypatch.setattr(features, "mel_filterbank", lambda front: real(front) + np.float32(1e-5))
     with pytest.raises(CheckpointError, match="preprocessor.featurizer.fb differs"):
         ck.load(NEMO)
 

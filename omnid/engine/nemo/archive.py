@@ -6,12 +6,86 @@ count, the config's size, its references' expansion; the weights' size is the ki
 
 from __future__ import annotations
 
+import io
 import re
 import tarfile
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from omnid.engine.errors import CheckpointError
+from omnid.engine.nemo.torch_zip import read_state_dict
+
+# A kind's own small artifacts (a tokenizer) are at most this large.
+MAX_ARTIFACT_BYTES = 16 << 20
+
+
+@dataclass
+class NemoFile:
+    config: dict  # model_config.yaml, its references resolved
+    state: dict[str, np.ndarray]  # model_weights.ckpt
+    artifacts: dict[str, bytes]  # the members a kind asked for, by the name's ending (NeMo prefixes a hash)
+
+
+def read(path: Path, weights_limit: Callable[[dict], int], artifacts: tuple[str, ...] = ()) -> NemoFile:
+    """A .nemo: the config first, then the kind's artifacts, then the weights, no larger than ``weights_limit``
+    of the config says the model it describes can be (checked before they are read)."""
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            found = members(tar, path)
+            source = f"{path}:model_config.yaml"
+            config = resolve_interpolations(read_yaml(tar, found["model_config.yaml"], path), source)
+            extra = {}
+            for ending in artifacts:
+                named = [m for name, m in found.items() if name == ending or name.endswith("_" + ending)]
+                if len(named) != 1:
+                    raise CheckpointError(f"{path}: {'no' if not named else 'more than one'} member named *{ending}")
+                if named[0].size > MAX_ARTIFACT_BYTES:
+                    raise CheckpointError(f"{path}:{named[0].name} is {named[0].size} bytes; at most "
+                                          f"{MAX_ARTIFACT_BYTES}")
+                file = tar.extractfile(named[0])
+                assert file is not None
+                extra[ending] = file.read()
+            weights = found["model_weights.ckpt"]
+            limit = weights_limit(config)
+            if weights.size > limit:
+                raise CheckpointError(f"{path}:model_weights.ckpt is {weights.size} bytes; the model its config "
+                                      f"describes needs at most {limit}")
+            file = tar.extractfile(weights)
+            assert file is not None
+            state = read_state_dict(io.BytesIO(file.read()), f"{path}:model_weights.ckpt", max_bytes=limit)
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise CheckpointError(f"{path}: cannot read: {exc}") from exc
+    return NemoFile(config, state, extra)
+
+
+def section(config: dict, key: str, source: Path | str) -> dict:
+    value = config.get(key)
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{source}: {key} is missing")
+    return value
+
+
+def getter(source: Path | str) -> Callable[[dict, str, type], Any]:
+    """``get(section, key, int | float | str)``: a config value of that type, or an error naming the file and key."""
+
+    def get(part: dict, key: str, kind: type) -> Any:
+        if key not in part:
+            raise CheckpointError(f"{source}: {key} is missing")
+        value = part[key]
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise CheckpointError(f"{source}: {key} must be an integer, not {value!r}")
+        if kind is float and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise CheckpointError(f"{source}: {key} must be a number, not {value!r}")
+        if kind is str and not isinstance(value, str):
+            raise CheckpointError(f"{source}: {key} must be a string, not {value!r}")
+        return kind(value)
+
+    return get
 
 # A .nemo holds a config, the weights and perhaps a few artifacts; a config is a few kilobytes.
 MAX_MEMBERS = 256

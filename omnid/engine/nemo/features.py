@@ -1,6 +1,7 @@
-"""NeMo's log-mel front end (``FilterbankFeatures``) as Sortformer v2/v2.1 configures it, in numpy: pre-emphasis 0.97, a symmetric
-Hann window of 400 samples centred in 512, 256 zeros of centre padding each side (not reflect), power spectrum,
-Slaney mel filters, ``log(mel + 2^-24)``; no normalisation, no dither, no gain; samples past +-1e6 clipped.
+"""NeMo's log-mel front end (``FilterbankFeatures``), in numpy: pre-emphasis 0.97, a symmetric Hann window of 400
+samples centred in 512, 256 zeros of centre padding each side (not reflect), power spectrum, Slaney mel filters,
+``log(mel + 2^-24)``; then no normalisation (Sortformer v2/v2.1) or per-feature normalisation (Parakeet); no dither,
+no gain (inference); samples past +-1e6 clipped.
 
 Two frame rules, both kept (they are two modes, not a bug to fix): NeMo's model uses ``n // 160`` frames (the STFT's
 last frame is masked away); the reference server's per-feed front end keeps all ``1 + n // 160``.
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
+from omnid.engine.errors import CheckpointError
 from omnid.engine.logmel import slaney_filterbank
 
 LOG_GUARD = 2.0**-24
@@ -32,6 +35,7 @@ class FrontEnd:
     win_length: int = 400
     hop_length: int = 160
     preemph: float = 0.97
+    normalize: str = "NA"  # or "per_feature": each mel bin to zero mean and unit deviation over the clip's frames
 
 
 @lru_cache(maxsize=4)
@@ -75,8 +79,44 @@ def log_mel(audio: np.ndarray, front: FrontEnd, keep_last: bool = False) -> np.n
         spectrum = np.fft.rfft(frames * win, axis=-1)
         power = spectrum.real.astype(np.float32) ** 2 + spectrum.imag.astype(np.float32) ** 2
         out[first : first + count] = np.log(power @ fb_t + np.float32(LOG_GUARD))
+    if front.normalize == "per_feature":
+        _per_feature(out)
     return out
+
+
+# NeMo adds this to each bin's standard deviation (and a single frame's, which it takes as 0).
+STD_GUARD = 1e-5
+
+
+def _per_feature(mel: np.ndarray) -> None:
+    """NeMo's ``normalize_batch(..., "per_feature")`` in place: each bin's mean over the frames, its deviation with
+    n - 1 (0 for a single frame), plus STD_GUARD; in float32 as NeMo computes it."""
+    n = len(mel)
+    if n == 0:
+        return
+    mean = mel.sum(axis=0, dtype=np.float32) / np.float32(n)
+    centred = mel - mean
+    std = np.sqrt((centred * centred).sum(axis=0, dtype=np.float32) / np.float32(n - 1)) if n > 1 else \
+        np.zeros_like(mean)
+    mel[:] = centred / (std + np.float32(STD_GUARD))
 
 
 def frames(n_samples: int, front: FrontEnd, keep_last: bool = False) -> int:
     return 1 + n_samples // front.hop_length if keep_last else n_samples // front.hop_length
+
+
+def check_buffers(buffers: dict[str, np.ndarray], front: FrontEnd, path: Path) -> None:
+    """The .nemo's own window and filterbank against omnid's: a front end that differs fails loudly."""
+    want = {"preprocessor.featurizer.window": window(front)[(front.n_fft - front.win_length) // 2 :][: front.win_length],
+            "preprocessor.featurizer.fb": mel_filterbank(front)[None]}
+    for name, ours in want.items():
+        theirs = buffers.pop(name, None)
+        if theirs is None:
+            raise CheckpointError(f"{path}: missing tensor {name}")
+        if theirs.shape != ours.shape:
+            raise CheckpointError(f"{path}: tensor {name} has shape {theirs.shape}, expected {ours.shape}")
+        diff = float(np.abs(theirs.astype(np.float64) - ours).max())
+        if diff > 1e-6:
+            raise CheckpointError(f"{path}: tensor {name} differs from omnid's front end by {diff:.3g} (max 1e-6)")
+    if buffers:
+        raise CheckpointError(f"{path}: unexpected tensor {sorted(buffers)[0]}")

@@ -7,12 +7,9 @@ float32 tensors under mlx-community's names in MLX layouts, each checked against
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import re
-import tarfile
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +19,7 @@ import numpy as np
 from omnid.engine.errors import CheckpointError
 from omnid.engine.nemo import archive
 from omnid.engine.nemo.fastconformer import ConformerDims, encoder_name, encoder_shapes, mlx_layout
-from omnid.engine.nemo.features import FrontEnd, mel_filterbank, window
-from omnid.engine.nemo.torch_zip import read_state_dict
+from omnid.engine.nemo.features import FrontEnd, check_buffers
 from omnid.engine.pins import verify
 from omnid.engine.tensor_file import read_tensors
 
@@ -171,14 +167,14 @@ def _load_mlx(folder: Path) -> Checkpoint:
         raise CheckpointError(f"{config_path}: {exc}") from exc
     if not weights_path.is_file():
         raise CheckpointError(f"{folder}: model.safetensors is missing")
-    fc = _section(config, "fc_encoder_config", config_path)
-    tf = _section(config, "tf_encoder_config", config_path)
-    mods = _section(config, "modules_config", config_path)
-    proc = _section(config, "processor_config", config_path)
+    fc = archive.section(config, "fc_encoder_config", config_path)
+    tf = archive.section(config, "tf_encoder_config", config_path)
+    mods = archive.section(config, "modules_config", config_path)
+    proc = archive.section(config, "processor_config", config_path)
     if not mods.get("use_aosc", False):
         raise CheckpointError(f"{config_path}: modules_config.use_aosc is not true: a v1 checkpoint (per-feature "
                               "normalize) or one converted without it; only v2/v2.1 streaming models are served")
-    get = _getter(config_path)
+    get = archive.getter(config_path)
     dims = Dims(
         n_mels=get(fc, "num_mel_bins", int), fc_d_model=get(fc, "hidden_size", int),
         fc_layers=get(fc, "num_hidden_layers", int), fc_heads=get(fc, "num_attention_heads", int),
@@ -199,30 +195,9 @@ def _load_mlx(folder: Path) -> Checkpoint:
     return Checkpoint(folder, "mlx", front, dims, streaming, weights, [config_path, weights_path])
 
 
-def _section(config: dict, key: str, source: Path) -> dict:
-    value = config.get(key)
-    if not isinstance(value, dict):
-        raise CheckpointError(f"{source}: {key} is missing")
-    return value
-
-
-def _getter(source: Path):
-    def get(section: dict, key: str, kind: type) -> Any:
-        if key not in section:
-            raise CheckpointError(f"{source}: {key} is missing")
-        value = section[key]
-        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise CheckpointError(f"{source}: {key} must be an integer, not {value!r}")
-        if kind is float and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise CheckpointError(f"{source}: {key} must be a number, not {value!r}")
-        return kind(value)
-
-    return get
-
-
 def _streaming(section: dict, source: Path) -> Streaming:
     """The streaming constants, every one from the checkpoint: a missing one is an error, never a default."""
-    get = _getter(source)
+    get = archive.getter(source)
     kinds = {k: (float if f.type in ("float", float) else int) for k, f in Streaming.__dataclass_fields__.items()}
     s = Streaming(**{k: get(section, k, kinds[k]) for k in STREAMING_KEYS})
     if s.spkcache_len < (1 + s.spkcache_sil_frames_per_spk) * 4 or s.chunk_len < 1 or s.spkcache_update_period < 1:
@@ -263,22 +238,10 @@ def nemo_name(name: str) -> str:
 
 def _load_nemo(path: Path) -> Checkpoint:
     """The config first; then the weights, no larger than the model it describes (checked before they are read)."""
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            members = archive.members(tar, path)
-            source = f"{path}:model_config.yaml"
-            cfg = archive.resolve_interpolations(archive.read_yaml(tar, members["model_config.yaml"], path), source)
-            dims, front, streaming = _nemo_model(cfg, Path(source))
-            weights_member = members["model_weights.ckpt"]
-            limit = _weights_bytes(dims, front)
-            if weights_member.size > limit:
-                raise CheckpointError(f"{path}:model_weights.ckpt is {weights_member.size} bytes; the model its config "
-                                      f"describes needs at most {limit}")
-            weights_file = tar.extractfile(weights_member)
-            assert weights_file is not None
-            state = read_state_dict(io.BytesIO(weights_file.read()), f"{path}:model_weights.ckpt", max_bytes=limit)
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-        raise CheckpointError(f"{path}: cannot read: {exc}") from exc
+    source = Path(f"{path}:model_config.yaml")
+    nemo = archive.read(path, lambda cfg: _weights_bytes(*_nemo_model(cfg, source)[:2]))
+    dims, front, streaming = _nemo_model(nemo.config, source)
+    state = nemo.state
     weights: dict[str, Any] = {}
     buffers = {}
     for name, t in state.items():
@@ -288,7 +251,7 @@ def _load_nemo(path: Path) -> Checkpoint:
             buffers[name] = t
             continue
         weights[nemo_name(name)] = mlx_layout(name, t.astype(np.float32))
-    _check_buffers(buffers, front, path)
+    check_buffers(buffers, front, path)
     check_tensors(weights, dims, path)
     if EMBED_POSITIONS in weights:
         raise CheckpointError(f"{path}: a .nemo holds no {EMBED_POSITIONS}")
@@ -304,10 +267,10 @@ def _weights_bytes(d: Dims, front: FrontEnd) -> int:
 
 
 def _nemo_model(cfg: dict, source: Path) -> tuple[Dims, FrontEnd, Streaming]:
-    pre = _section(cfg, "preprocessor", source)
-    enc = _section(cfg, "encoder", source)
-    tfe = _section(cfg, "transformer_encoder", source)
-    mods = _section(cfg, "sortformer_modules", source)
+    pre = archive.section(cfg, "preprocessor", source)
+    enc = archive.section(cfg, "encoder", source)
+    tfe = archive.section(cfg, "transformer_encoder", source)
+    mods = archive.section(cfg, "sortformer_modules", source)
     normalize = pre.get("normalize", "NA")
     if normalize not in ("NA", "None", None, "null", "none"):
         raise CheckpointError(f"{source}: preprocessor.normalize is {normalize!r}: a v1 (offline, per-feature "
@@ -317,7 +280,7 @@ def _nemo_model(cfg: dict, source: Path) -> tuple[Dims, FrontEnd, Streaming]:
                                (tfe, "pre_ln", False)):
         if section.get(key, want) != want:
             raise CheckpointError(f"{source}: {key} is {section.get(key)!r}, only {want!r} is supported")
-    get = _getter(source)
+    get = archive.getter(source)
     d_model = get(enc, "d_model", int)
     dims = Dims(
         n_mels=get(pre, "features", int), fc_d_model=d_model, fc_layers=get(enc, "n_layers", int),
@@ -338,20 +301,3 @@ def _nemo_model(cfg: dict, source: Path) -> tuple[Dims, FrontEnd, Streaming]:
     streaming = _streaming(mods, source)
     _check_front(front, dims, source)
     return dims, front, streaming
-
-
-def _check_buffers(buffers: dict[str, np.ndarray], front: FrontEnd, path: Path) -> None:
-    """The .nemo's own window and filterbank against omnid's: a front end that differs fails loudly."""
-    want = {"preprocessor.featurizer.window": window(front)[(front.n_fft - front.win_length) // 2 :][: front.win_length],
-            "preprocessor.featurizer.fb": mel_filterbank(front)[None]}
-    for name, ours in want.items():
-        theirs = buffers.pop(name, None)
-        if theirs is None:
-            raise CheckpointError(f"{path}: missing tensor {name}")
-        if theirs.shape != ours.shape:
-            raise CheckpointError(f"{path}: tensor {name} has shape {theirs.shape}, expected {ours.shape}")
-        diff = float(np.abs(theirs.astype(np.float64) - ours).max())
-        if diff > 1e-6:
-            raise CheckpointError(f"{path}: tensor {name} differs from omnid's front end by {diff:.3g} (max 1e-6)")
-    if buffers:
-        raise CheckpointError(f"{path}: unexpected tensor {sorted(buffers)[0]}")
