@@ -47,7 +47,9 @@ DURATIONS = [0, 1, 2, 3, 4]
 SEED = 7
 # Per model: (blank bias, joint output scale, word-start bias, sentence-end bias), found by trying (the stats line
 # this script prints): tokens on about a third of the frames, every duration, words and sentences.
-SETTINGS = {"tdt": (2.0, 4.0, 3.0, 3.0), "rnnt": (12.0, 4.0, 6.0, 4.0), "hybrid": (2.0, 4.0, 3.0, 3.0)}
+ZERO_DURATION_BIAS = 1.0
+CTC_BLANK_BIAS = 2.0
+SETTINGS = {"tdt": (6.0, 4.0, 3.0, 3.0), "rnnt": (12.0, 4.0, 6.0, 4.0), "hybrid": (6.0, 4.0, 3.0, 3.0)}
 
 
 def read(name: str) -> np.ndarray:
@@ -157,10 +159,14 @@ def build(tokdir: Path, kind: str, blank_bias: float, scale: float, word_bias: f
         out = model.joint.joint_net[2]
         out.weight.mul_(scale)
         out.bias[: vocab + 1] += lift
+        if kind != "rnnt":
+            out.bias[vocab + 1] += ZERO_DURATION_BIAS  # duration 0: blanks with it too (NeMo counts those as 1)
         if kind == "hybrid":
             ctc = model.ctc_decoder.decoder_layers[0]
             ctc.weight.mul_(0.3)  # the encoder's output is wide (tens): its logits would swamp the lifts
-            ctc.bias += lift
+            ctc_lift = lift.clone()
+            ctc_lift[vocab] = CTC_BLANK_BIAS
+            ctc.bias += ctc_lift
     with open_dict(model.cfg):
         model.cfg.validation_ds = {"use_start_end_token": False}
     return model
@@ -263,7 +269,7 @@ def main() -> None:
                     entry[name]["ctc"] = c
             meta["models"][kind] = entry
     np.savez_compressed(OUT / "goldens.npz", **{k: v.astype(np.float32) for k, v in arrays.items()})
-    (OUT / "goldens.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
+    (OUT / "goldens.json").write_text(json.dumps(meta, ensure_ascii=False, separators=(",", ":")) + "\n")
     print("wrote", OUT)
 
 

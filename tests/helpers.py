@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.error
 import urllib.request
@@ -138,3 +140,26 @@ def write_mlx(folder: Path, dims: ModelDims, weights: dict[str, np.ndarray], npz
     else:
         mx.save_safetensors(str(folder / "weights.safetensors"), arrays)
     return folder
+
+
+def nemo_with(source: Path, tmp_path: Path, yaml_edit=None, state_edit=None, member_edit=None) -> Path:
+    """A copy of the .nemo ``source`` with its YAML, its state dict (rewritten as torch would) or any member
+    (``member_edit(name, data)``) changed."""
+    out = tmp_path / "edited.nemo"
+    with tarfile.open(source) as src, tarfile.open(out, "w") as dst:
+        for member in src.getmembers():
+            file = src.extractfile(member) if member.isfile() else None
+            data = file.read() if file is not None else None
+            if data is not None and member.name.endswith("model_config.yaml") and yaml_edit:
+                data = yaml_edit(data.decode()).encode()
+            if data is not None and member.name.endswith("model_weights.ckpt") and state_edit:
+                data = state_edit(data)
+            if data is not None and member_edit:
+                data = member_edit(member.name, data)
+            if data is not None:
+                member.size = len(data)
+                dst.addfile(member, io.BytesIO(data))
+            else:
+                dst.addfile(member)
+    return out
+

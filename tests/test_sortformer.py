@@ -9,7 +9,6 @@ import json
 import pickle
 import subprocess
 import sys
-import tarfile
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +22,7 @@ from omnid.engine.nemo.features import log_mel
 from omnid.engine.nemo.torch_zip import read_state_dict
 from omnid.engine.sortformer import checkpoint as ck
 from omnid.engine.sortformer.engine import SortformerEngine
+from tests.helpers import nemo_with
 from tests.sortformer_clips import CLIPS
 
 GOLDENS = Path(__file__).parent / "goldens" / "sortformer_tiny"
@@ -160,21 +160,7 @@ def test_stress_preset_state_matches_nemo_step_by_step(engine, golden):
 
 
 def _nemo_with(tmp_path: Path, yaml_edit=None, state_edit=None) -> Path:
-    """A copy of tiny.nemo with its YAML or its state dict changed (the state dict rewritten as torch would)."""
-    out = tmp_path / "edited.nemo"
-    with tarfile.open(NEMO) as src, tarfile.open(out, "w") as dst:
-        for member in src.getmembers():
-            data = src.extractfile(member).read() if member.isfile() else None
-            if data is not None and member.name.endswith("model_config.yaml") and yaml_edit:
-                data = yaml_edit(data.decode()).encode()
-            if data is not None and member.name.endswith("model_weights.ckpt") and state_edit:
-                data = state_edit(data)
-            if data is not None:
-                member.size = len(data)
-                dst.addfile(member, io.BytesIO(data))
-            else:
-                dst.addfile(member)
-    return out
+    return nemo_with(NEMO, tmp_path, yaml_edit=yaml_edit, state_edit=state_edit)
 
 
 def test_a_v1_checkpoint_is_refused_naming_normalize(tmp_path):

@@ -3,7 +3,9 @@ every loader."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 
@@ -18,3 +20,21 @@ def read_tensors(path: Path) -> dict[str, mx.array]:
     if not isinstance(loaded, dict):  # a bare .npy holds one unnamed array: no checkpoint of ours is one
         raise CheckpointError(f"{path}: corrupt or unreadable tensor file: no named tensors")
     return loaded
+
+
+def check_shapes(weights: Mapping[str, Any], want: Mapping[str, tuple[int, ...]], source: Path | str,
+                 allowed: Iterable[str] = (), extra_ok: bool = False) -> None:
+    """Every wanted tensor present with its shape, and (unless ``extra_ok``) nothing else but ``allowed``: one error
+    naming the file and the first tensor that is wrong."""
+    for name, shape in want.items():
+        if name not in weights:
+            raise CheckpointError(f"{source}: missing tensor {name}")
+        if tuple(weights[name].shape) != shape:
+            raise CheckpointError(f"{source}: tensor {name} has shape {tuple(weights[name].shape)}, expected {shape}")
+    if extra_ok:
+        return
+    extra = sorted(set(weights) - set(want) - set(allowed))
+    if extra:
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        raise CheckpointError(f"{source}: unexpected tensor {extra[0]}{more}")
+

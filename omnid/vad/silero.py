@@ -19,7 +19,7 @@ import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.errors import CheckpointError
-from omnid.engine.tensor_file import read_tensors
+from omnid.engine.tensor_file import check_shapes, read_tensors
 
 WINDOW = 512  # new samples per step
 CONTEXT = 64  # samples carried over from the previous window
@@ -99,11 +99,7 @@ class SileroVAD(nn.Module):
     def load(cls, path: Path | None = None) -> "SileroVAD":
         path = Path(path or default_weights())
         raw = silero_tensors(path)
-        for name, shape in EXPECTED.items():
-            if name not in raw:
-                raise CheckpointError(f"{path}: missing tensor {name}")
-            if tuple(raw[name].shape) != shape:
-                raise CheckpointError(f"{path}: tensor {name} has shape {tuple(raw[name].shape)}, expected {shape}")
+        check_shapes(raw, EXPECTED, path, extra_ok=True)
         w = {k: v.astype(mx.float32) for k, v in raw.items()}
         model = cls()
 

@@ -97,7 +97,7 @@ class Transducer:
     joint: Joint
     blank: int  # the vocabulary's size: the last class
     durations: tuple[int, ...]  # TDT's duration set; empty for RNN-T
-    max_symbols: int | None
+    max_symbols: int  # labels on one frame before it moves on: bounds the loop
 
     def greedy(self, encoded: np.ndarray) -> list[Token]:
         """(frames, encoder width) -> the greedy tokens."""
@@ -123,7 +123,7 @@ class Transducer:
             run = run + 1 if run_frame == at else 1
             run_frame = at
             g, state = self._predict(label, state)
-            if self.max_symbols is not None and run >= self.max_symbols and run_frame == t:
+            if run >= self.max_symbols and run_frame == t:
                 t += 1
         return tokens
 
@@ -150,8 +150,12 @@ class Ctc:
     weight: np.ndarray  # (vocabulary + 1, encoder width)
     bias: np.ndarray
 
+    def frame_labels(self, encoded: np.ndarray) -> np.ndarray:
+        """The best class of each frame (log-softmax, which NeMo applies, changes no argmax)."""
+        return np.argmax(encoded @ self.weight.T + self.bias, axis=-1)
+
     def greedy(self, encoded: np.ndarray) -> list[Token]:
         """The best class per frame, repeats merged, blanks dropped; each token at its run's first frame."""
-        best = np.argmax(encoded @ self.weight.T + self.bias, axis=-1)
+        best = self.frame_labels(encoded)
         blank = len(self.bias) - 1
         return [Token(int(b), i, None) for i, b in enumerate(best) if b != blank and (i == 0 or b != best[i - 1])]

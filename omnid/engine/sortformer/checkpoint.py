@@ -21,7 +21,7 @@ from omnid.engine.nemo import archive
 from omnid.engine.nemo.fastconformer import ConformerDims, encoder_name, encoder_shapes, mlx_layout
 from omnid.engine.nemo.features import FrontEnd, check_buffers
 from omnid.engine.pins import verify
-from omnid.engine.tensor_file import read_tensors
+from omnid.engine.tensor_file import check_shapes, read_tensors
 
 
 @dataclass(frozen=True)
@@ -120,15 +120,7 @@ def expected_shapes(d: Dims) -> dict[str, tuple[int, ...]]:
 
 
 def check_tensors(weights: dict[str, Any], d: Dims, source: Path) -> None:
-    want = expected_shapes(d)
-    for name, shape in want.items():
-        if name not in weights:
-            raise CheckpointError(f"{source}: missing tensor {name}")
-        if tuple(weights[name].shape) != shape:
-            raise CheckpointError(f"{source}: tensor {name} has shape {tuple(weights[name].shape)}, expected {shape}")
-    extra = sorted(set(weights) - set(want) - {EMBED_POSITIONS})
-    if extra:
-        raise CheckpointError(f"{source}: unexpected tensor {extra[0]}" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+    check_shapes(weights, expected_shapes(d), source, allowed=(EMBED_POSITIONS,))
     pos = weights.get(EMBED_POSITIONS)
     if pos is not None and (pos.ndim != 2 or pos.shape[1] != d.tf_d_model):
         raise CheckpointError(f"{source}: tensor {EMBED_POSITIONS} has shape {tuple(pos.shape)}, expected (n, {d.tf_d_model})")

@@ -1,0 +1,1 @@
+"""NVIDIA Parakeet (FastConformer with TDT, RNN-T or CTC decoding) on MLX."""

@@ -1,0 +1,175 @@
+"""Parakeet checkpoints: NVIDIA's ``.nemo`` (``model_config.yaml``, ``model_weights.ckpt`` and the SentencePiece
+``tokenizer.model``, read without torch through engine/nemo). The config says everything: the front end, the
+FastConformer's sizes and switches, the prediction network and joint, the decoder kind (TDT when it has durations,
+RNN-T, and a hybrid's CTC head), the greedy ``max_symbols``. Every tensor is checked against the shape the config
+implies, naming the file and the tensor; weights are float32 under this package's names in MLX layouts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from omnid.engine.errors import CheckpointError
+from omnid.engine.nemo import archive
+from omnid.engine.nemo.fastconformer import ConformerDims, encoder_name, encoder_shapes, mlx_layout
+from omnid.engine.nemo.features import FrontEnd, check_buffers
+from omnid.engine.parakeet.tokenizer import Vocabulary
+from omnid.engine.pins import verify
+from omnid.engine.tensor_file import check_shapes
+
+# NeMo's default when a config's greedy section names no limit (GreedyBatchedRNNTInferConfig.max_symbols_per_step).
+DEFAULT_MAX_SYMBOLS = 10
+
+
+@dataclass(frozen=True)
+class Dims:
+    conformer: ConformerDims
+    vocabulary: int  # pieces; the blank's id
+    pred_hidden: int
+    pred_layers: int
+    joint_hidden: int
+    durations: tuple[int, ...]  # empty for RNN-T
+    max_symbols: int
+    ctc: bool  # a hybrid's CTC head is there too
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    layout: str  # "nemo"
+    front: FrontEnd
+    dims: Dims
+    vocabulary: Vocabulary
+    weights: dict[str, Any]  # float32, this package's names, MLX layouts
+    files: list[Path] = field(default_factory=list)
+
+
+def expected_shapes(d: Dims) -> dict[str, tuple[int, ...]]:
+    m, p, j, v = d.conformer.d_model, d.pred_hidden, d.joint_hidden, d.vocabulary
+    shapes = encoder_shapes(d.conformer, "encoder")
+    shapes["decoder.prediction.embed.weight"] = (v + 1, p)
+    for i in range(d.pred_layers):
+        rnn = "decoder.prediction.dec_rnn.lstm"
+        shapes[f"{rnn}.weight_ih_l{i}"], shapes[f"{rnn}.weight_hh_l{i}"] = (4 * p, p), (4 * p, p)
+        shapes[f"{rnn}.bias_ih_l{i}"] = shapes[f"{rnn}.bias_hh_l{i}"] = (4 * p,)
+    shapes["joint.enc.weight"], shapes["joint.enc.bias"] = (j, m), (j,)
+    shapes["joint.pred.weight"], shapes["joint.pred.bias"] = (j, p), (j,)
+    out = v + 1 + len(d.durations)
+    shapes["joint.joint_net.2.weight"], shapes["joint.joint_net.2.bias"] = (out, j), (out,)
+    if d.ctc:
+        shapes["ctc_decoder.decoder_layers.0.weight"] = (v + 1, m)
+        shapes["ctc_decoder.decoder_layers.0.bias"] = (v + 1,)
+    return shapes
+
+
+def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
+    """A ``.nemo`` file, or a folder holding exactly one."""
+    path = Path(path)
+    if path.is_dir():
+        nemos = sorted(path.glob("*.nemo"))
+        if len(nemos) != 1:
+            raise CheckpointError(f"{path}: not a Parakeet checkpoint folder (no single .nemo file in it)")
+        path = nemos[0]
+    if not (path.suffix == ".nemo" and path.is_file()):
+        raise CheckpointError(f"{path}: not a Parakeet .nemo file")
+    ckpt = _load_nemo(path)
+    if pins:
+        verify(ckpt.files, pins)
+    return ckpt
+
+
+def _load_nemo(path: Path) -> Checkpoint:
+    source = Path(f"{path}:model_config.yaml")
+    nemo = archive.read(path, lambda cfg: _weights_bytes(*_model(cfg, source)), artifacts=("tokenizer.model",))
+    dims, front = _model(nemo.config, source)
+    vocabulary = Vocabulary.from_sentencepiece(nemo.artifacts["tokenizer.model"], f"{path}:tokenizer.model")
+    if len(vocabulary) != dims.vocabulary:
+        raise CheckpointError(f"{path}:tokenizer.model has {len(vocabulary)} pieces; the joint's vocabulary has "
+                              f"{dims.vocabulary}")
+    weights: dict[str, Any] = {}
+    buffers = {}
+    for name, t in nemo.state.items():
+        if name.endswith("num_batches_tracked"):
+            continue
+        if name.startswith("preprocessor."):
+            buffers[name] = t
+            continue
+        if name.startswith("encoder."):
+            name = "encoder." + encoder_name(name.removeprefix("encoder."))
+        elif name.startswith("ctc_decoder.") and t.ndim == 3:
+            t = t[..., 0]  # the 1x1 convolution as a linear map
+        weights[name] = mlx_layout(name, t.astype(np.float32)) if name.startswith("encoder.") else t.astype(np.float32)
+    check_buffers(buffers, front, path)
+    check_shapes(weights, expected_shapes(dims), path)
+    return Checkpoint(path, "nemo", front, dims, vocabulary, weights, [path])
+
+
+def _weights_bytes(d: Dims, front: FrontEnd) -> int:
+    """The most bytes the weights of this model may take: every tensor and the front end's buffers in float64 (the
+    widest a torch storage holds them), and a megabyte for the pickle and zip records."""
+    elements = sum(math.prod(shape) for shape in expected_shapes(d).values())
+    elements += front.n_fft + front.n_mels * (front.n_fft // 2 + 1)
+    return 8 * elements + (1 << 20)
+
+
+def _model(cfg: dict, source: Path) -> tuple[Dims, FrontEnd]:
+    pre = archive.section(cfg, "preprocessor", source)
+    enc = archive.section(cfg, "encoder", source)
+    dec = archive.section(cfg, "decoder", source)
+    joint = archive.section(cfg, "joint", source)
+    decoding = cfg["decoding"] if isinstance(cfg.get("decoding"), dict) else {}
+    get = archive.getter(source)
+    for part, key, want in ((enc, "subsampling", "dw_striding"), (enc, "self_attention_model", "rel_pos"),
+                            (enc, "conv_norm_type", "batch_norm"), (enc, "causal_downsampling", False),
+                            (dec, "blank_as_pad", True), (pre, "window", "hann"), (pre, "pad_to", 0),
+                            (pre, "frame_splicing", 1), (pre, "log", True)):
+        if part.get(key, want) != want:
+            raise CheckpointError(f"{source}: {key} is {part.get(key)!r}; only {want!r} is supported")
+    if list(enc.get("att_context_size", [-1, -1])) != [-1, -1]:
+        raise CheckpointError(f"{source}: att_context_size is {enc.get('att_context_size')!r}: limited-context "
+                              "(streaming) encoders are not Parakeet's; only [-1, -1] is supported")
+    normalize = pre.get("normalize", "per_feature")
+    if normalize not in ("per_feature", "NA"):
+        raise CheckpointError(f"{source}: preprocessor.normalize is {normalize!r}; per_feature or NA are supported")
+    if float(pre.get("log_zero_guard_value", 2**-24)) != 2**-24:
+        raise CheckpointError(f"{source}: unsupported preprocessor log guard")
+    activation = archive.section(joint, "jointnet", source).get("activation", "relu")
+    if activation != "relu":
+        raise CheckpointError(f"{source}: joint activation {activation!r}; only relu is supported")
+    d_model = get(enc, "d_model", int)
+    n_mels = get(pre, "features", int)
+    conformer = ConformerDims(
+        n_mels=n_mels, d_model=d_model, layers=get(enc, "n_layers", int), heads=get(enc, "n_heads", int),
+        ff=d_model * get(enc, "ff_expansion_factor", int), conv_kernel=get(enc, "conv_kernel_size", int),
+        subsampling_factor=get(enc, "subsampling_factor", int),
+        subsampling_channels=get(enc, "subsampling_conv_channels", int), xscaling=bool(enc.get("xscaling", True)),
+        bias=bool(enc.get("use_bias", True)))
+    prednet = archive.section(dec, "prednet", source)
+    jointnet = archive.section(joint, "jointnet", source)
+    extra = int(joint.get("num_extra_outputs", 0) or 0)
+    defaults = cfg["model_defaults"] if isinstance(cfg.get("model_defaults"), dict) else {}
+    durations = tuple(int(x) for x in (decoding.get("durations") or defaults.get("tdt_durations") or ()))
+    if extra != len(durations):
+        raise CheckpointError(f"{source}: the joint has {extra} extra outputs but {len(durations)} TDT durations")
+    greedy = decoding["greedy"] if isinstance(decoding.get("greedy"), dict) else {}
+    max_symbols = greedy.get("max_symbols", DEFAULT_MAX_SYMBOLS)
+    if isinstance(max_symbols, bool) or not isinstance(max_symbols, int) or max_symbols < 1:
+        # without a limit a transducer can emit on one frame for ever (random or damaged weights do)
+        raise CheckpointError(f"{source}: decoding.greedy.max_symbols must be a positive integer, not {max_symbols!r}")
+    dims = Dims(conformer=conformer, vocabulary=get(dec, "vocab_size", int), pred_hidden=get(prednet, "pred_hidden", int),
+                pred_layers=get(prednet, "pred_rnn_layers", int), joint_hidden=get(jointnet, "joint_hidden", int),
+                durations=durations, max_symbols=max_symbols, ctc=isinstance(cfg.get("aux_ctc"), dict))
+    rate = get(pre, "sample_rate", int)
+    front = FrontEnd(sample_rate=rate, n_mels=n_mels, n_fft=get(pre, "n_fft", int),
+                     win_length=round(get(pre, "window_size", float) * rate),
+                     hop_length=round(get(pre, "window_stride", float) * rate),
+                     preemph=float(pre.get("preemph", 0.97)), normalize=normalize)
+    if front.sample_rate != 16000 or front.win_length > front.n_fft or conformer.subsampling_factor != 8 \
+            or d_model % conformer.heads or get(enc, "feat_in", int) != n_mels:
+        raise CheckpointError(f"{source}: unsupported front end or encoder ({front}, {conformer})")
+    return dims, front

@@ -1,0 +1,54 @@
+"""Parakeet: NeMo's log-mel, the shared FastConformer (MLX; numpy layers on MLX's CPU device), then a transducer
+(TDT or RNN-T: prediction network and joint) or a CTC head, decoded greedily as NeMo does (engine/nemo/transducer.py).
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from omnid.engine.nemo.fastconformer import FastConformer
+from omnid.engine.nemo.features import log_mel
+from omnid.engine.nemo.transducer import Ctc, Joint, LstmLayer, PredictionNetwork, Token, Transducer
+from omnid.engine.parakeet.checkpoint import Checkpoint
+
+FRAME_SECONDS = 0.08  # an encoder frame: 8 mel hops of 10 ms
+
+
+class Parakeet:
+    def __init__(self, ckpt: Checkpoint):
+        d = ckpt.dims
+        self.front, self.dims, self.vocabulary = ckpt.front, d, ckpt.vocabulary
+        w = ckpt.weights
+        self.encoder = FastConformer(d.conformer)
+        encoder = [(name.removeprefix("encoder."), mx.array(w.pop(name))) for name in list(w) if name.startswith("encoder.")]
+        self.encoder.load_weights(encoder)
+        mx.eval(self.encoder.parameters())
+        rnn = "decoder.prediction.dec_rnn.lstm"
+        prediction = PredictionNetwork(
+            w.pop("decoder.prediction.embed.weight"),
+            tuple(LstmLayer(w.pop(f"{rnn}.weight_ih_l{i}"), w.pop(f"{rnn}.weight_hh_l{i}"), w.pop(f"{rnn}.bias_ih_l{i}"),
+                            w.pop(f"{rnn}.bias_hh_l{i}")) for i in range(d.pred_layers)))
+        joint = Joint(w.pop("joint.enc.weight"), w.pop("joint.enc.bias"), w.pop("joint.pred.weight"),
+                      w.pop("joint.pred.bias"), w.pop("joint.joint_net.2.weight"), w.pop("joint.joint_net.2.bias"))
+        self.transducer = Transducer(prediction, joint, d.vocabulary, d.durations, d.max_symbols)
+        self.ctc = Ctc(w.pop("ctc_decoder.decoder_layers.0.weight"), w.pop("ctc_decoder.decoder_layers.0.bias")) \
+            if d.ctc else None
+
+    def features(self, audio: np.ndarray) -> np.ndarray:
+        """16 kHz mono float32 -> (frames, n_mels): NeMo's valid frames (n // hop), normalised as configured."""
+        return log_mel(audio, self.front)
+
+    def encode(self, mel: np.ndarray) -> np.ndarray:
+        """(frames, n_mels) -> (encoder frames, d_model)."""
+        x = self.encoder.subsampling(mx.array(mel)[None])
+        out = self.encoder.encode(x)[0]
+        mx.eval(out)
+        return np.array(out)
+
+    def decode(self, encoded: np.ndarray, ctc: bool = False) -> list[Token]:
+        if ctc:
+            if self.ctc is None:
+                raise ValueError("this checkpoint has no CTC head")
+            return self.ctc.greedy(encoded)
+        return self.transducer.greedy(encoded)

@@ -1,0 +1,159 @@
+"""Parakeet against NVIDIA NeMo 3.0.0 (scripts/parakeet_goldens.py): three tiny random checkpoints built with NeMo's
+own classes (TDT, RNN-T, hybrid TDT-CTC), loaded from their .nemo files through the production loader, on four real
+clips (one over 20 s): the log-mel, the encoder output, and the greedy tokens with their frames, durations and
+texts exactly as NeMo's transcribe() gives them."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import yaml
+
+from omnid.engine.errors import CheckpointError
+from omnid.engine.parakeet.checkpoint import load
+from omnid.engine.parakeet.model import Parakeet
+from tests.helpers import CORPUS, decode_audio, nemo_with
+
+GOLDENS = Path(__file__).parent / "goldens" / "parakeet_tiny"
+KINDS = ("tdt", "rnnt", "hybrid")
+
+
+@cache
+def meta() -> dict:
+    return json.loads((GOLDENS / "goldens.json").read_text())
+
+
+@cache
+def arrays() -> dict[str, np.ndarray]:
+    with np.load(GOLDENS / "goldens.npz") as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+@cache
+def audio(clip: str) -> np.ndarray:
+    return np.concatenate([decode_audio(CORPUS / "audio" / "en" / f) for f in meta()["clips"][clip]])
+
+
+@cache
+def model(kind: str) -> Parakeet:
+    return Parakeet(load(GOLDENS / f"{kind}.nemo"))
+
+
+CLIPS = ("short", "ljspeech", "librispeech", "long")
+
+
+def test_the_long_clip_is_over_20_seconds() -> None:
+    assert len(audio("long")) > 20 * 16000
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_log_mel_is_nemos_per_feature_normalised_one(clip: str) -> None:
+    mel = model("tdt").features(audio(clip))
+    want = arrays()[f"mel/{clip}"]
+    assert mel.shape == want.shape
+    assert np.abs(mel - want).max() <= 1e-3
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("clip", CLIPS)
+def test_the_bias_free_encoder_is_nemos(kind: str, clip: str) -> None:
+    """On NeMo's own log-mel: the numpy layers (one sequence on the CPU) and MLX's (Metal's; here a batch of two)."""
+    mel, want = arrays()[f"mel/{clip}"], arrays()[f"encoder/{kind}/{clip}"]
+    p = model(kind)
+    assert p.dims.conformer.bias is False and p.dims.conformer.xscaling is False
+    got = p.encode(mel)
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= 1e-4
+    x = p.encoder.subsampling(mx.array(np.stack([mel, mel])))
+    both = np.array(p.encoder.encode(x))
+    assert np.abs(both - want[None]).max() <= 1e-4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("clip", CLIPS)
+def test_greedy_tokens_frames_durations_and_text_are_nemos(kind: str, clip: str) -> None:
+    """From the audio: NeMo's label-looping greedy_batch (TDT durations, a zero-duration blank taken as one, labels
+    emitted on one frame up to max_symbols), the hybrid decoding with TDT by default."""
+    p, want = model(kind), meta()["models"][kind][clip]
+    tokens = p.decode(p.encode(p.features(audio(clip))))
+    assert [t.id for t in tokens] == want["ids"]
+    assert [t.frame for t in tokens] == want["frames"]
+    assert [t.duration for t in tokens] == (want["durations"] or [None] * len(tokens))
+    assert p.vocabulary.text([t.id for t in tokens]) == want["text"]
+
+
+def test_the_goldens_exercise_what_they_test() -> None:
+    """Every duration, zero-duration runs and max_symbols runs, words and sentences: the rules are not idle."""
+    tdt = [r for r in meta()["models"]["tdt"].values()]
+    assert {d for r in tdt for d in r["durations"]} == {0, 1, 2, 3, 4}
+    rnnt = meta()["models"]["rnnt"]["long"]["frames"]
+    assert max(rnnt.count(f) for f in set(rnnt)) == 10  # a frame that hit max_symbols
+    assert max(len(r["word"]) for r in tdt) > 10 and max(len(r["segment"]) for r in tdt) > 1
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_the_hybrids_ctc_head_is_nemos(clip: str) -> None:
+    p, want = model("hybrid"), meta()["models"]["hybrid"][clip]["ctc"]
+    encoded = p.encode(p.features(audio(clip)))
+    tokens = p.decode(encoded, ctc=True)
+    assert [t.id for t in tokens] == want["ids"]
+    assert p.vocabulary.text([t.id for t in tokens]) == want["text"]
+    assert p.ctc is not None
+    best = p.ctc.frame_labels(encoded)  # NeMo's timestep: every frame whose best class is not the blank
+    assert [i for i, b in enumerate(best) if b != p.dims.vocabulary] == want["frames"]
+
+
+def test_a_checkpoint_without_ctc_refuses_a_ctc_decode() -> None:
+    with pytest.raises(ValueError, match="no CTC head"):
+        model("tdt").decode(np.zeros((3, 64), np.float32), ctc=True)
+
+
+def _with(tmp_path: Path, *path: str, value: object) -> Path:
+    """The TDT checkpoint with one config value changed (``path``: its keys, outermost first)."""
+    def edit(text: str) -> str:
+        cfg = yaml.safe_load(text)
+        node = cfg
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+        return yaml.safe_dump(cfg)
+
+    return nemo_with(GOLDENS / "tdt.nemo", tmp_path, yaml_edit=edit)
+
+
+def test_a_config_that_disagrees_with_the_weights_fails_at_load_naming_the_tensor(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match=r"edited\.nemo: missing tensor encoder\.layers\.2\."):
+        load(_with(tmp_path, "encoder", "n_layers", value=3))
+
+
+def test_weights_of_another_model_fail_naming_the_extra_tensor(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match=r"unexpected tensor encoder\.layers\.1\."):
+        load(_with(tmp_path, "encoder", "n_layers", value=1))
+
+
+def test_a_tokenizer_that_is_not_sentencepiece_fails_at_load(tmp_path: Path) -> None:
+    bad = nemo_with(GOLDENS / "tdt.nemo", tmp_path,
+                    member_edit=lambda name, data: b"\xff" * 40 if name.endswith("tokenizer.model") else data)
+    with pytest.raises(CheckpointError, match="tokenizer.model: not a SentencePiece model"):
+        load(bad)
+
+
+def test_a_tokenizer_whose_size_disagrees_with_the_joint_fails_at_load(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="64 pieces; the joint's vocabulary has 63"):
+        load(_with(tmp_path, "decoder", "vocab_size", value=63))
+
+
+def test_a_streaming_encoder_is_refused_naming_its_context(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="att_context_size"):
+        load(_with(tmp_path, "encoder", "att_context_size", value=[70, 13]))
+
+
+def test_a_config_without_a_symbol_limit_is_refused(tmp_path: Path) -> None:
+    """Without max_symbols a transducer may emit on one frame for ever: refused at load, never a hung request."""
+    with pytest.raises(CheckpointError, match="max_symbols must be a positive integer"):
+        load(_with(tmp_path, "decoding", "greedy", "max_symbols", value=None))
