@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from omnid.engine.errors import CheckpointError
+from omnid.engine.nemo import timestamps
 from omnid.engine.parakeet.checkpoint import load
 from omnid.engine.parakeet.model import Parakeet
 from tests.helpers import CORPUS, decode_audio, nemo_with
@@ -157,3 +158,35 @@ def test_a_config_without_a_symbol_limit_is_refused(tmp_path: Path) -> None:
     """Without max_symbols a transducer may emit on one frame for ever: refused at load, never a hung request."""
     with pytest.raises(CheckpointError, match="max_symbols must be a positive integer"):
         load(_with(tmp_path, "decoding", "greedy", "max_symbols", value=None))
+
+
+def _char_text(entry: dict) -> str:
+    return entry["char"][0] if isinstance(entry["char"], list) else entry["char"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("clip", CLIPS)
+def test_token_word_and_segment_times_are_nemos(kind: str, clip: str) -> None:
+    """transcribe(timestamps=True): token spans (TDT: their durations, punctuation at the previous token's end),
+    words from word-start pieces with punctuation joined to them, segments ended by . ? !, and the seconds."""
+    p, want = model(kind), meta()["models"][kind][clip]
+    tokens = p.decode(arrays()[f"encoder/{kind}/{clip}"])
+    chars = timestamps.token_spans(tokens, p.vocabulary)
+    assert [(c.text, c.start, c.end) for c in chars] == [(_char_text(c), c["start_offset"], c["end_offset"])
+                                                          for c in want["char"]]
+    words = timestamps.words(tokens, p.vocabulary)
+    assert [(w.text, w.start_offset, w.end_offset) for w in words] == [
+        (w["word"], w["start_offset"], w["end_offset"]) for w in want["word"]]
+    assert [w.seconds(0.01, 8) for w in words] == [(w["start"], w["end"]) for w in want["word"]]
+    segments = timestamps.segments(words)
+    assert [(s.text, s.start_offset, s.end_offset, s.seconds(0.01, 8)) for s in segments] == [
+        (s["segment"], s["start_offset"], s["end_offset"], (s["start"], s["end"])) for s in want["segment"]]
+
+
+def test_the_times_exercise_their_rules() -> None:
+    """Punctuation after a TDT token takes its end as both its times; words run past the audio's end unclipped."""
+    tdt = meta()["models"]["tdt"]
+    moved = [c for r in tdt.values() for c in r["char"] if _char_text(c) in (".", ",") and c["start_offset"] == c["end_offset"]]
+    assert moved
+    frames = {clip: len(arrays()[f"encoder/tdt/{clip}"]) for clip in CLIPS}
+    assert any(r["word"] and r["word"][-1]["end_offset"] > frames[clip] for clip, r in tdt.items())

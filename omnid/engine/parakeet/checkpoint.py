@@ -18,7 +18,7 @@ from omnid.engine.errors import CheckpointError
 from omnid.engine.nemo import archive
 from omnid.engine.nemo.fastconformer import ConformerDims, encoder_name, encoder_shapes, mlx_layout
 from omnid.engine.nemo.features import FrontEnd, check_buffers
-from omnid.engine.parakeet.tokenizer import Vocabulary
+from omnid.engine.nemo.tokenizer import Vocabulary
 from omnid.engine.pins import verify
 from omnid.engine.tensor_file import check_shapes
 

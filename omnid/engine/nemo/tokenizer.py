@@ -1,4 +1,5 @@
-"""Parakeet's vocabulary: SentencePiece pieces by id, and text from ids as NeMo's BPE decoding makes it.
+"""A NeMo model's SentencePiece vocabulary (Parakeet's): pieces by id, and text from ids as NeMo's BPE decoding
+makes it.
 
 A ``.nemo`` holds the SentencePiece model (``tokenizer.model``, a protobuf); mlx-community's folder holds only the
 pieces (``joint.vocabulary`` in its config). Decoding needs nothing but the pieces and their kinds, so the model

@@ -1,0 +1,113 @@
+"""Token, word and segment times as NeMo 3.0.0's ``transcribe(timestamps=True)`` computes them for a BPE transducer
+(``rnnt_decoding.py`` ``compute_rnnt_timestamps``, ``timestamp_utils.py`` ``get_words_offsets`` and
+``get_segment_offsets``), in encoder frames; seconds are ``offset x window stride x subsampling`` as NeMo multiplies.
+
+- A token spans [frame, frame + 1) for RNN-T and [frame, frame + duration) for TDT; with TDT, a punctuation token
+  after the first gets no time of its own: it starts and ends where the token before it ends.
+- A word starts at a piece whose text differs from the piece (a ``▁`` word start), or at a lone space not followed
+  by punctuation; punctuation never starts a word: it joins the word before it (a piece of the word being built,
+  replacing a trailing ``▁``; or the last word finished, taking its end). The first word starts with the first token.
+- A segment ends with a word that ends in (or is) one of the segment delimiters (``. ? !``); its text is its words
+  joined by spaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omnid.engine.nemo.tokenizer import SPACE, Vocabulary
+from omnid.engine.nemo.transducer import Token
+
+SEGMENT_DELIMITERS = (".", "?", "!")
+
+
+@dataclass(frozen=True)
+class Span:
+    text: str
+    start_offset: int  # encoder frames
+    end_offset: int
+
+    def seconds(self, frame_stride: float, subsampling: int) -> tuple[float, float]:
+        return self.start_offset * frame_stride * subsampling, self.end_offset * frame_stride * subsampling
+
+
+@dataclass(frozen=True)
+class _Char:
+    id: int
+    text: str  # the piece decoded alone
+    start: int
+    end: int
+
+
+def token_spans(tokens: list[Token], vocab: Vocabulary) -> list[_Char]:
+    chars: list[_Char] = []
+    for i, t in enumerate(tokens):
+        text = vocab.piece_text([t.id])
+        start, end = t.frame, t.frame + (t.duration if t.duration is not None else 1)
+        if t.duration is not None and i > 0 and text in vocab.punctuation:
+            start = end = chars[-1].end
+        chars.append(_Char(t.id, text, start, end))
+    return chars
+
+
+def words(tokens: list[Token], vocab: Vocabulary) -> list[Span]:
+    chars = token_spans(tokens, vocab)
+    punctuation = vocab.punctuation
+    out: list[Span] = []
+    built: list[int] = []  # ids of the word being built
+    first = 0  # its first token's index
+
+    def next_text(i: int) -> str | None:
+        for c in chars[i + 1 :]:
+            if c.text and c.text != " ":
+                return c.text
+        return None
+
+    for i, c in enumerate(chars):
+        is_punctuation = c.text in punctuation and c.text != " "
+        piece = vocab.pieces[c.id]
+        starts = piece != c.text or (c.text == " " and next_text(i) not in punctuation)
+        if starts and not is_punctuation:
+            if built:
+                out.append(Span(vocab.piece_text(built), chars[first].start, chars[i - 1].end))
+            built = []
+            if c.text != " ":
+                built.append(c.id)
+                first = i
+        elif is_punctuation and not built and out:
+            last = out[-1]
+            text = last.text[:-1] if last.text.endswith(" ") else last.text
+            out[-1] = Span(text + c.text, last.start_offset, c.end)
+        elif is_punctuation and built:
+            if vocab.pieces[built[-1]] in (" ", "_", SPACE):
+                built.pop()
+            built.append(c.id)
+        else:
+            if not built:
+                first = i
+            built.append(c.id)
+    if not out:
+        if built:
+            out.append(Span(vocab.piece_text(built), chars[0].start, chars[-1].end))
+        return out
+    out[0] = Span(out[0].text, chars[0].start, out[0].end_offset)
+    if built:
+        out.append(Span(vocab.piece_text(built), chars[first].start, chars[-1].end))
+    return out
+
+
+def segments(word_spans: list[Span], delimiters: tuple[str, ...] = SEGMENT_DELIMITERS) -> list[Span]:
+    out: list[Span] = []
+    pending: list[str] = []
+    first = 0
+    for i, w in enumerate(word_spans):
+        if w.text and (w.text[-1] in delimiters or w.text in delimiters):
+            pending.append(w.text)
+            out.append(Span(" ".join(pending), word_spans[first].start_offset, w.end_offset))
+            pending = []
+            first = i + 1
+            continue
+        pending.append(w.text)
+    if pending:
+        out.append(Span(" ".join(pending), word_spans[first].start_offset, word_spans[-1].end_offset))
+    return out
