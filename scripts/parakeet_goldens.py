@@ -70,6 +70,35 @@ def clip_names() -> dict[str, list[str]]:
             "long": joined}
 
 
+# The long-audio rule of the reference server (its parakeet/audio.py), at a small chunk length so that a test clip
+# crosses boundaries: chunks of at most CHUNK_S cut at the middle of the quietest 100 ms window of the last 2 s
+# before each boundary; chunks whose peak is under 1e-3 are not decoded.
+CHUNK_S = 8.0
+SEARCH_S = 2.0
+SILENT_PEAK = 1e-3
+
+
+def chunk_spans(audio: np.ndarray, chunk_s: float) -> list[tuple[int, int]]:
+    chunk, search, window = int(chunk_s * 16000), int(SEARCH_S * 16000), 1600
+    spans, start = [], 0
+    while len(audio) - start > chunk:
+        boundary = start + chunk
+        region = audio[boundary - search : boundary].astype(np.float64)
+        count = len(region) // window
+        energy = (region[: count * window].reshape(count, window) ** 2).mean(axis=1)
+        cut = boundary - search + int(np.argmin(energy)) * window + window // 2
+        spans.append((start, cut))
+        start = cut
+    spans.append((start, len(audio)))
+    return spans
+
+
+def chunked_clip(long: np.ndarray) -> np.ndarray:
+    """The long clip, then 9 s of near silence (peak 5e-4): the last chunks are skipped."""
+    quiet = np.random.default_rng(3).uniform(-5e-4, 5e-4, 9 * 16000).astype(np.float32)
+    return np.concatenate([long, quiet])
+
+
 def tokenizer(folder: Path) -> Path:
     import sentencepiece as spm
 
@@ -254,6 +283,17 @@ def main() -> None:
                 ctc = run(model, audio, folder, ctc=True)
                 print("hybrid ctc", stats(ctc), flush=True)
                 model.change_decoding_strategy(decoder_type="rnnt")
+            if kind == "tdt":  # the long-audio rule: each chunk transcribed on its own
+                clip = chunked_clip(audio["long"])
+                spans = chunk_spans(clip, CHUNK_S)
+                loud = {f"chunk{i}": clip[a:b] for i, (a, b) in enumerate(spans)
+                        if float(np.abs(clip[a:b]).max()) >= SILENT_PEAK}
+                chunks = run(model, loud, folder)
+                meta["chunked"] = {"clip": "long", "quiet_s": 9, "chunk_s": CHUNK_S, "spans": spans,
+                                   "decoded": sorted(loud), "results": {n: {k: v for k, v in r.items()
+                                                                            if k not in ("mel", "encoder")}
+                                                                        for n, r in chunks.items()}}
+                print("chunked", spans, sorted(loud), flush=True)
             assert weights_hash(model) == before, "NeMo changed the weights while decoding"
             entry = {}
             for name, r in results.items():

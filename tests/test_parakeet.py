@@ -190,3 +190,43 @@ def test_the_times_exercise_their_rules() -> None:
     assert moved
     frames = {clip: len(arrays()[f"encoder/tdt/{clip}"]) for clip in CLIPS}
     assert any(r["word"] and r["word"][-1]["end_offset"] > frames[clip] for clip, r in tdt.items())
+
+
+def test_long_audio_is_cut_at_quiet_points_each_chunk_decoded_alone_times_on_the_files_timeline() -> None:
+    """At an 8 s chunk length: the long clip then 9 s under -60 dBFS is cut where the reference's rule cuts it
+    (the quietest 100 ms before each boundary), the silent last chunk is not decoded, each other chunk gives NeMo's
+    own transcription of it, and their words and segments sit on the file's timeline."""
+    from omnid.engine.parakeet.engine import ParakeetEngine, ParakeetOptions
+
+    golden = meta()["chunked"]
+    quiet = np.random.default_rng(3).uniform(-5e-4, 5e-4, golden["quiet_s"] * 16000).astype(np.float32)
+    clip = np.concatenate([audio(golden["clip"]), quiet])
+    engine = ParakeetEngine("parakeet-tiny", GOLDENS / "tdt.nemo",
+                            options=ParakeetOptions(max_chunk_s=golden["chunk_s"], split_search_s=2.0))
+    progress: list[float] = []
+    out = engine.transcribe(clip, on_progress=lambda done, total: progress.append(done))
+    spans = [tuple(s) for s in golden["spans"]]
+    assert progress == [end / 16000 for _, end in spans]
+    decoded = [spans[int(name.removeprefix("chunk"))] for name in golden["decoded"]]
+    assert len(decoded) == len(spans) - 1  # the quiet tail is skipped
+    want_words, want_segments, texts = [], [], []
+    for name, (start, _end) in zip(golden["decoded"], decoded):
+        r = golden["results"][name]
+        texts.append(r["text"])
+        want_words += [(w["word"], round(start / 16000 + w["start"], 3), round(start / 16000 + w["end"], 3))
+                       for w in r["word"]]
+        want_segments += [(s["segment"], round(start / 16000 + s["start"], 3), round(start / 16000 + s["end"], 3))
+                          for s in r["segment"]]
+    assert out.text == " ".join(t for t in texts if t)
+    assert [(s.text, s.start, s.end) for s in out.segments] == want_segments
+    assert [(w.word, w.start, w.end) for s in out.segments for w in (s.words or [])] == want_words
+    assert out.duration == len(clip) / 16000
+
+
+def test_audio_past_the_limit_is_refused_before_any_decode() -> None:
+    from omnid.engine.errors import EngineError
+    from omnid.engine.parakeet.engine import ParakeetEngine, ParakeetOptions
+
+    engine = ParakeetEngine("parakeet-tiny", GOLDENS / "tdt.nemo", options=ParakeetOptions(max_audio_s=2.0))
+    with pytest.raises(EngineError, match="at most 2 s"):
+        engine.transcribe(np.zeros(3 * 16000, np.float32))

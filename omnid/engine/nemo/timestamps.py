@@ -26,6 +26,8 @@ class Span:
     text: str
     start_offset: int  # encoder frames
     end_offset: int
+    first: int = 0  # the tokens it holds: [first, last) of the decode's tokens
+    last: int = 0
 
     def seconds(self, frame_stride: float, subsampling: int) -> tuple[float, float]:
         return self.start_offset * frame_stride * subsampling, self.end_offset * frame_stride * subsampling
@@ -69,7 +71,7 @@ def words(tokens: list[Token], vocab: Vocabulary) -> list[Span]:
         starts = piece != c.text or (c.text == " " and next_text(i) not in punctuation)
         if starts and not is_punctuation:
             if built:
-                out.append(Span(vocab.piece_text(built), chars[first].start, chars[i - 1].end))
+                out.append(Span(vocab.piece_text(built), chars[first].start, chars[i - 1].end, first, i))
             built = []
             if c.text != " ":
                 built.append(c.id)
@@ -77,7 +79,7 @@ def words(tokens: list[Token], vocab: Vocabulary) -> list[Span]:
         elif is_punctuation and not built and out:
             last = out[-1]
             text = last.text[:-1] if last.text.endswith(" ") else last.text
-            out[-1] = Span(text + c.text, last.start_offset, c.end)
+            out[-1] = Span(text + c.text, last.start_offset, c.end, last.first, i + 1)
         elif is_punctuation and built:
             if vocab.pieces[built[-1]] in (" ", "_", SPACE):
                 built.pop()
@@ -88,11 +90,11 @@ def words(tokens: list[Token], vocab: Vocabulary) -> list[Span]:
             built.append(c.id)
     if not out:
         if built:
-            out.append(Span(vocab.piece_text(built), chars[0].start, chars[-1].end))
+            out.append(Span(vocab.piece_text(built), chars[0].start, chars[-1].end, 0, len(chars)))
         return out
-    out[0] = Span(out[0].text, chars[0].start, out[0].end_offset)
+    out[0] = Span(out[0].text, chars[0].start, out[0].end_offset, 0, out[0].last)
     if built:
-        out.append(Span(vocab.piece_text(built), chars[first].start, chars[-1].end))
+        out.append(Span(vocab.piece_text(built), chars[first].start, chars[-1].end, first, len(chars)))
     return out
 
 
@@ -103,11 +105,13 @@ def segments(word_spans: list[Span], delimiters: tuple[str, ...] = SEGMENT_DELIM
     for i, w in enumerate(word_spans):
         if w.text and (w.text[-1] in delimiters or w.text in delimiters):
             pending.append(w.text)
-            out.append(Span(" ".join(pending), word_spans[first].start_offset, w.end_offset))
+            out.append(Span(" ".join(pending), word_spans[first].start_offset, w.end_offset,
+                            word_spans[first].first, w.last))
             pending = []
             first = i + 1
             continue
         pending.append(w.text)
     if pending:
-        out.append(Span(" ".join(pending), word_spans[first].start_offset, word_spans[-1].end_offset))
+        out.append(Span(" ".join(pending), word_spans[first].start_offset, word_spans[-1].end_offset,
+                        word_spans[first].first, word_spans[-1].last))
     return out
