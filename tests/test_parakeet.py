@@ -174,7 +174,7 @@ def test_token_word_and_segment_times_are_nemos(kind: str, clip: str) -> None:
     chars = timestamps.token_spans(tokens, p.vocabulary)
     assert [(c.text, c.start, c.end) for c in chars] == [(_char_text(c), c["start_offset"], c["end_offset"])
                                                           for c in want["char"]]
-    words = timestamps.words(tokens, p.vocabulary)
+    words = timestamps.words(chars, p.vocabulary)
     assert [(w.text, w.start_offset, w.end_offset) for w in words] == [
         (w["word"], w["start_offset"], w["end_offset"]) for w in want["word"]]
     assert [w.seconds(0.01, 8) for w in words] == [(w["start"], w["end"]) for w in want["word"]]
@@ -230,3 +230,19 @@ def test_audio_past_the_limit_is_refused_before_any_decode() -> None:
     engine = ParakeetEngine("parakeet-tiny", GOLDENS / "tdt.nemo", options=ParakeetOptions(max_audio_s=2.0))
     with pytest.raises(EngineError, match="at most 2 s"):
         engine.transcribe(np.zeros(3 * 16000, np.float32))
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_ctc_times_are_nemos(clip: str) -> None:
+    """CTC's token spans (from the previous token's first frame), punctuation at its start, words and segments."""
+    p, want = model("hybrid"), meta()["models"]["hybrid"][clip]["ctc"]
+    tokens = p.decode(arrays()[f"encoder/hybrid/{clip}"], ctc=True)
+    chars = timestamps.token_spans(tokens, p.vocabulary, ctc=True)
+    assert [(c.text, c.start, c.end) for c in chars] == [(_char_text(c), c["start_offset"], c["end_offset"])
+                                                          for c in want["char"]]
+    words = timestamps.words(chars, p.vocabulary)
+    assert [(w.text, w.start_offset, w.end_offset, w.seconds(0.01, 8)) for w in words] == [
+        (w["word"], w["start_offset"], w["end_offset"], (w["start"], w["end"])) for w in want["word"]]
+    assert [(s.text, s.start_offset, s.end_offset) for s in timestamps.segments(words)] == [
+        (s["segment"], s["start_offset"], s["end_offset"]) for s in want["segment"]]
+

@@ -3,7 +3,8 @@
 ``get_segment_offsets``), in encoder frames; seconds are ``offset x window stride x subsampling`` as NeMo multiplies.
 
 - A token spans [frame, frame + 1) for RNN-T and [frame, frame + duration) for TDT; with TDT, a punctuation token
-  after the first gets no time of its own: it starts and ends where the token before it ends.
+  after the first gets no time of its own: it starts and ends where the token before it ends. CTC's tokens span
+  from the previous token's first frame to their own (``ctc_decoding.py``), punctuation ending where it starts.
 - A word starts at a piece whose text differs from the piece (a ``▁`` word start), or at a lone space not followed
   by punctuation; punctuation never starts a word: it joins the word before it (a piece of the word being built,
   replacing a trailing ``▁``; or the last word finished, taking its end). The first word starts with the first token.
@@ -34,26 +35,33 @@ class Span:
 
 
 @dataclass(frozen=True)
-class _Char:
+class Char:
     id: int
     text: str  # the piece decoded alone
     start: int
     end: int
 
 
-def token_spans(tokens: list[Token], vocab: Vocabulary) -> list[_Char]:
-    chars: list[_Char] = []
+def token_spans(tokens: list[Token], vocab: Vocabulary, ctc: bool = False) -> list[Char]:
+    """Each token's text and frames. Transducers: [frame, frame + 1) (RNN-T) or [frame, frame + duration) (TDT),
+    a TDT punctuation token after the first placed at the previous token's end. CTC (NeMo's token lengths): a token
+    spans from the previous token's first frame to its own (the first from one frame before its own), and one whose
+    text starts with punctuation ends where it starts."""
+    chars: list[Char] = []
     for i, t in enumerate(tokens):
         text = vocab.piece_text([t.id])
-        start, end = t.frame, t.frame + (t.duration if t.duration is not None else 1)
-        if t.duration is not None and i > 0 and text in vocab.punctuation:
-            start = end = chars[-1].end
-        chars.append(_Char(t.id, text, start, end))
+        if ctc:
+            start = tokens[i - 1].frame if i else max(0, t.frame - 1)
+            end = start if i and text[:1] in vocab.punctuation and text else t.frame
+        else:
+            start, end = t.frame, t.frame + (t.duration if t.duration is not None else 1)
+            if t.duration is not None and i > 0 and text in vocab.punctuation:
+                start = end = chars[-1].end
+        chars.append(Char(t.id, text, start, end))
     return chars
 
 
-def words(tokens: list[Token], vocab: Vocabulary) -> list[Span]:
-    chars = token_spans(tokens, vocab)
+def words(chars: list[Char], vocab: Vocabulary) -> list[Span]:
     punctuation = vocab.punctuation
     out: list[Span] = []
     built: list[int] = []  # ids of the word being built

@@ -1,9 +1,8 @@
 """Parakeet as a transcription engine: long audio in chunks (chunks.py), each chunk's greedy tokens, then NeMo's
 words and segments on the file's timeline. Not yet served: the runtime, routes and realtime sessions come next.
 
-A hybrid TDT-CTC checkpoint decodes with its transducer unless ``decoder = "ctc"``. Times come from the transducer's
-tokens (NeMo's rules, engine/nemo/timestamps.py); a CTC decode gives each chunk's text as one segment spanning it
-(NeMo's CTC times are not built yet).
+A hybrid TDT-CTC checkpoint decodes with its transducer unless ``decoder = "ctc"``. Times follow NeMo's rules for
+the decoder that ran (engine/nemo/timestamps.py).
 """
 
 from __future__ import annotations
@@ -83,7 +82,7 @@ class ParakeetEngine:
                 text = self.model.vocabulary.text([t.id for t in tokens])
                 if text:
                     texts.append(text)
-                for seg in self._segments(tokens, start, end):
+                for seg in self._segments(tokens, start):
                     seg = replace(seg, id=len(segments))
                     segments.append(seg)
                     if on_segment is not None:
@@ -92,22 +91,18 @@ class ParakeetEngine:
                 on_progress(end / SAMPLE_RATE, duration)
         return Transcript(" ".join(texts), segments, "", duration, generated, "stop")  # the reference joins so
 
-    def _segments(self, tokens: list[Token], start: int, end: int) -> list[Segment]:
+    def _segments(self, tokens: list[Token], start: int) -> list[Segment]:
         vocab, offset = self.model.vocabulary, start / SAMPLE_RATE
         stride = HOP_LENGTH / SAMPLE_RATE
-        if self.options.decoder == "ctc":
-            text = vocab.text([t.id for t in tokens])
-            return [Segment(0, start // HOP_LENGTH, round(offset, 3), round(end / SAMPLE_RATE, 3), text,
-                            [t.id for t in tokens], 0.0, 0.0, 0.0, 0.0, None)] if text else []
-        words = timestamps.words(tokens, vocab)
+        words = timestamps.words(timestamps.token_spans(tokens, vocab, ctc=self.options.decoder == "ctc"), vocab)
         out = []
         for seg in timestamps.segments(words):
             s0, s1 = seg.seconds(stride, SUBSAMPLING)
-            inside = [w for w in words if w.first >= seg.first and w.last <= seg.last]
             timed = []
-            for w in inside:
-                w0, w1 = w.seconds(stride, SUBSAMPLING)
-                timed.append(Word(w.text, round(offset + w0, 3), round(offset + w1, 3), 1.0))  # NeMo gives none
+            for w in words:
+                if w.first >= seg.first and w.last <= seg.last:
+                    w0, w1 = w.seconds(stride, SUBSAMPLING)
+                    timed.append(Word(w.text, round(offset + w0, 3), round(offset + w1, 3), 1.0))  # NeMo gives none
             out.append(Segment(0, start // HOP_LENGTH, round(offset + s0, 3), round(offset + s1, 3), seg.text,
                                [t.id for t in tokens[seg.first : seg.last]], 0.0, 0.0, 0.0, 0.0, timed))
         return out
