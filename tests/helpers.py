@@ -163,3 +163,42 @@ def nemo_with(source: Path, tmp_path: Path, yaml_edit=None, state_edit=None, mem
                 dst.addfile(member)
     return out
 
+
+async def openai_manual_turn(ws_url: str, model: str, audio: np.ndarray) -> tuple[list[str], dict]:
+    """One manual turn in the OpenAI dialect at twice real time: its deltas, and its completed event."""
+    import websockets
+
+    async with websockets.connect(ws_url + "/v1/realtime?protocol=openai") as ws:
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        await ws.send(json.dumps({"type": "session.update", "session": {
+            "type": "transcription",
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000},
+                                "transcription": {"model": model}, "turn_detection": None}}}}))
+        assert json.loads(await ws.recv())["type"] == "session.updated"
+        for i in range(0, len(audio), 1600):
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": b64(audio[i : i + 1600])}))
+            await asyncio.sleep(0.05)
+        await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        deltas = []
+        while True:
+            event = json.loads(await asyncio.wait_for(ws.recv(), 60))
+            assert event["type"] != "error", event
+            if event["type"] == "conversation.item.input_audio_transcription.delta":
+                deltas.append(event["delta"])
+            if event["type"] == "conversation.item.input_audio_transcription.completed":
+                return deltas, event
+
+
+async def voxt_manual_turn(ws_url: str, model: str, audio: np.ndarray, language: str) -> list[dict]:
+    """One manual turn in Voxt's dialect at real time (100 ms a message): every event up to the completed one."""
+    async with aiohttp.ClientSession() as http, http.ws_connect(ws_url + "/v1/realtime") as ws:
+        await ws.send_str(json.dumps({"type": "session.update",
+                                      "session": {"model": model, "turn_detection": None, "language": language}}))
+        reader = asyncio.ensure_future(collect(ws, lambda e: e["type"] == "transcription.completed", 120))
+        for i in range(0, len(audio), 1600):
+            await ws.send_str(append(audio[i : i + 1600]))
+            await asyncio.sleep(0.1)
+        await ws.send_str(json.dumps({"type": "input_audio_buffer.commit"}))
+        await ws.send_str(json.dumps({"type": "transcription.done"}))
+        return await reader
+

@@ -11,12 +11,11 @@ import aiohttp
 import numpy as np
 import openai
 import pytest
-import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
 from omnid.audio import wav_bytes
 from omnid.engine.whisper.engine import TranscribeOptions
-from tests.helpers import append, as_received, b64, clip_audio, collect, silence
+from tests.helpers import append, as_received, clip_audio, collect, openai_manual_turn, silence, voxt_manual_turn
 from tests.qwen_goldens import TINY, clip, meta
 from tests.server import ServerThread
 
@@ -177,17 +176,8 @@ async def test_whisper_on_the_same_daemon_at_the_same_time_is_unaffected(daemon,
 
 
 async def test_voxt_session_on_qwen_previews_then_the_official_final(daemon):
-    audio = clip("long")  # 8.9 s: previews re-decode the open segment, with the rollback prefix from the third
-    async with aiohttp.ClientSession() as http, http.ws_connect(daemon.ws_url + "/v1/realtime") as ws:
-        await ws.send_str(json.dumps({"type": "session.update",
-                                      "session": {"model": QWEN, "turn_detection": None, "language": "en"}}))
-        reader = asyncio.ensure_future(collect(ws, lambda e: e["type"] == "transcription.completed", 120))
-        for i in range(0, len(audio), 1600):
-            await ws.send_str(append(audio[i : i + 1600]))
-            await asyncio.sleep(0.1)
-        await ws.send_str(json.dumps({"type": "input_audio_buffer.commit"}))
-        await ws.send_str(json.dumps({"type": "transcription.done"}))
-        events = await reader
+    # 8.9 s: previews re-decode the open segment, with the rollback prefix from the third
+    events = await voxt_manual_turn(daemon.ws_url, QWEN, clip("long"), "en")
     assert not [e for e in events if e["type"] == "error"], events
     segments = [e for e in events if e["type"] == "transcription.segment"]
     finals = [e for e in segments if e["is_final"]]
@@ -197,26 +187,7 @@ async def test_voxt_session_on_qwen_previews_then_the_official_final(daemon):
 
 
 async def test_openai_dialect_on_qwen_deltas_prefix_the_official_transcript(daemon):
-    audio = clip("mid")
-    async with websockets.connect(daemon.ws_url + "/v1/realtime?protocol=openai") as ws:
-        assert json.loads(await ws.recv())["type"] == "session.created"
-        await ws.send(json.dumps({"type": "session.update", "session": {
-            "type": "transcription",
-            "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000},
-                                "transcription": {"model": QWEN}, "turn_detection": None}}}}))
-        assert json.loads(await ws.recv())["type"] == "session.updated"
-        for i in range(0, len(audio), 1600):
-            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": b64(audio[i : i + 1600])}))
-            await asyncio.sleep(0.05)
-        await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
-        deltas = []
-        while True:
-            event = json.loads(await asyncio.wait_for(ws.recv(), 60))
-            assert event["type"] != "error", event
-            if event["type"] == "conversation.item.input_audio_transcription.delta":
-                deltas.append(event["delta"])
-            if event["type"] == "conversation.item.input_audio_transcription.completed":
-                break
+    deltas, event = await openai_manual_turn(daemon.ws_url, QWEN, clip("mid"))
     assert event["transcript"] == golden_text("mid_auto")
     assert event["transcript"].startswith("".join(deltas))
 

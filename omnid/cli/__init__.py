@@ -18,8 +18,8 @@ DEFAULT_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="a TOML file overriding config/omnid.toml")
-    p.add_argument("--model", help="model id from the configuration, or a checkpoint folder (Whisper or Qwen3-ASR, "
-                                   "told by its files); default: transcription.default_model")
+    p.add_argument("--model", help="model id from the configuration, or a checkpoint folder (Whisper or Qwen3-ASR) "
+                                   "or Parakeet .nemo file, told by its files; default: transcription.default_model")
     p.add_argument("--window", choices=["full", "content"], help="window padding mode (default: from config)")
 
 

@@ -13,6 +13,7 @@ from omnid.audio import AudioDecodeError, decode_audio
 from omnid.cli.progress import Progress
 from omnid.config import Config, ConfigError, ModelConfig
 from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.parakeet.checkpoint import is_parakeet
 from omnid.engine.qwen3_asr.checkpoint import is_qwen3_asr
 from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.formats import EXTENSIONS, render
@@ -30,20 +31,24 @@ from omnid.runtime.scheduler import EngineRuntime
 
 
 def folder_model(folder: Path) -> ModelConfig:
-    """A checkpoint folder given as --model: its kind told by its files."""
-    if is_qwen3_asr(folder):
+    """A checkpoint folder (or a Parakeet .nemo file) given as --model: its kind told by its files."""
+    if is_parakeet(folder):
+        return ModelConfig(id=folder.stem if folder.is_file() else folder.name, kind="parakeet", path=str(folder))
+    if folder.is_dir() and is_qwen3_asr(folder):
         return ModelConfig(id=folder.name, kind="qwen3_asr", path=str(folder))
-    if any((folder / name).exists() for name in ("model.bin", "weights.safetensors", "weights.npz", "model.safetensors")):
+    if folder.is_dir() and any((folder / name).exists()
+                               for name in ("model.bin", "weights.safetensors", "weights.npz", "model.safetensors")):
         return ModelConfig(id=folder.name, kind="whisper", path=str(folder))
-    raise ConfigError(f"--model: {folder} holds no Whisper or Qwen3-ASR checkpoint")
+    raise ConfigError(f"--model: {folder} holds no Whisper, Qwen3-ASR or Parakeet checkpoint")
 
 
 async def start_model(config: Config, model_id: str | None, aligner: str | None = None
                       ) -> EngineRuntime[TranscriptionEngine]:
     """A configured model by id or alias, or a checkpoint folder given by its path; with its aligner (its
     configured one, or ``aligner``: a configured id or a folder)."""
-    if model_id and Path(model_id).expanduser().is_dir() and model_id not in {m.id for m in config.models}:
-        model = folder_model(Path(model_id).expanduser())
+    as_path = Path(model_id).expanduser() if model_id else None
+    if as_path is not None and (as_path.is_dir() or as_path.suffix == ".nemo") and model_id not in {m.id for m in config.models}:
+        model = folder_model(as_path)
     else:
         try:
             model = config.model(ModelCatalog.from_config(config).resolve(model_id))

@@ -8,6 +8,7 @@ implies, naming the file and the tensor; weights are float32 under this package'
 from __future__ import annotations
 
 import math
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,17 +68,35 @@ def expected_shapes(d: Dims) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
-    """A ``.nemo`` file, or a folder holding exactly one."""
+def nemo_file(path: Path) -> Path | None:
+    """The ``.nemo`` a path names: the file itself, or the single one in a folder."""
     path = Path(path)
     if path.is_dir():
         nemos = sorted(path.glob("*.nemo"))
-        if len(nemos) != 1:
-            raise CheckpointError(f"{path}: not a Parakeet checkpoint folder (no single .nemo file in it)")
-        path = nemos[0]
-    if not (path.suffix == ".nemo" and path.is_file()):
-        raise CheckpointError(f"{path}: not a Parakeet .nemo file")
-    ckpt = _load_nemo(path)
+        return nemos[0] if len(nemos) == 1 else None
+    return path if path.suffix == ".nemo" and path.is_file() else None
+
+
+def is_parakeet(path: Path) -> bool:
+    """Whether a path holds a Parakeet ``.nemo`` (its config has a transducer's decoder and joint, where a
+    Sortformer's has its own modules), for `omnid transcribe --model PATH`."""
+    nemo = nemo_file(path)
+    if nemo is None:
+        return False
+    try:
+        with tarfile.open(nemo, "r:*") as tar:
+            config = archive.read_yaml(tar, archive.members(tar, nemo)["model_config.yaml"], nemo)
+    except (CheckpointError, tarfile.TarError, OSError, EOFError):
+        return False
+    return isinstance(config.get("joint"), dict) and isinstance(config.get("decoder"), dict)
+
+
+def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
+    """A ``.nemo`` file, or a folder holding exactly one."""
+    nemo = nemo_file(path)
+    if nemo is None:
+        raise CheckpointError(f"{path}: not a Parakeet .nemo file or a folder holding exactly one")
+    ckpt = _load_nemo(nemo)
     if pins:
         verify(ckpt.files, pins)
     return ckpt

