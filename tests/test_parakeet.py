@@ -246,3 +246,35 @@ def test_ctc_times_are_nemos(clip: str) -> None:
     assert [(s.text, s.start_offset, s.end_offset) for s in timestamps.segments(words)] == [
         (s["segment"], s["start_offset"], s["end_offset"]) for s in want["segment"]]
 
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_converted_mlx_community_folder_loads_and_parakeet_mlx_agrees(tmp_path: Path, kind: str) -> None:
+    """The .nemo converted to mlx-community's layout (scripts/parakeet_to_mlx.py): omnid reads it and decodes as from
+    the .nemo; parakeet-mlx (the second reference) loads it strictly and, fed NeMo's log-mel, gives NeMo's encoder
+    output and greedy tokens on every clip (its greedy rules agree with NeMo's on these inputs)."""
+    from omnid.engine.parakeet.convert import to_mlx_folder
+    from tests import parakeet_reference
+
+    folder = to_mlx_folder(GOLDENS / f"{kind}.nemo", tmp_path / kind)
+    ours = Parakeet(load(folder))
+    assert ours.vocabulary == model(kind).vocabulary
+    reference = parakeet_reference.load(folder)
+    for clip in CLIPS:
+        mel, want = arrays()[f"mel/{clip}"], meta()["models"][kind][clip]
+        tokens = ours.decode(ours.encode(mel))
+        assert [(t.id, t.frame) for t in tokens] == list(zip(want["ids"], want["frames"]))
+        encoded, theirs = parakeet_reference.greedy(reference, mel)
+        assert np.abs(encoded - arrays()[f"encoder/{kind}/{clip}"]).max() <= 1e-4
+        assert theirs == list(zip(want["ids"], want["frames"]))
+
+
+def test_an_mlx_folder_whose_vocabulary_disagrees_with_the_joint_fails_at_load(tmp_path: Path) -> None:
+    from omnid.engine.parakeet.convert import to_mlx_folder
+
+    folder = to_mlx_folder(GOLDENS / "tdt.nemo", tmp_path / "tdt")
+    config = json.loads((folder / "config.json").read_text())
+    config["joint"]["vocabulary"] = config["joint"]["vocabulary"][:-1]
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="joint.vocabulary has 63 pieces; the joint's vocabulary has 64"):
+        load(folder)

@@ -1,27 +1,33 @@
 """Parakeet checkpoints: NVIDIA's ``.nemo`` (``model_config.yaml``, ``model_weights.ckpt`` and the SentencePiece
-``tokenizer.model``, read without torch through engine/nemo). The config says everything: the front end, the
-FastConformer's sizes and switches, the prediction network and joint, the decoder kind (TDT when it has durations,
-RNN-T, and a hybrid's CTC head), the greedy ``max_symbols``. Every tensor is checked against the shape the config
-implies, naming the file and the tensor; weights are float32 under this package's names in MLX layouts.
+``tokenizer.model``, read without torch through engine/nemo), and mlx-community's folder as parakeet-mlx reads it
+(the same config as ``config.json`` with the vocabulary in ``joint.vocabulary``, and ``model.safetensors``).
+
+The config says everything: the front end, the FastConformer's sizes and switches, the prediction network and
+joint, the decoder kind (TDT when it has durations, RNN-T, and a hybrid's CTC head), the greedy ``max_symbols``.
+Every tensor is checked against the shape the config implies, naming the file and the tensor; weights are float32
+under this package's names in MLX layouts.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import mlx.core as mx
 import numpy as np
 
 from omnid.engine.errors import CheckpointError
+from omnid.engine.json_file import read_json_object
 from omnid.engine.nemo import archive
 from omnid.engine.nemo.fastconformer import ConformerDims, encoder_name, encoder_shapes, mlx_layout
 from omnid.engine.nemo.features import FrontEnd, check_buffers
 from omnid.engine.nemo.tokenizer import Vocabulary
 from omnid.engine.pins import verify
-from omnid.engine.tensor_file import check_shapes
+from omnid.engine.tensor_file import check_shapes, read_tensors
 
 # NeMo's default when a config's greedy section names no limit (GreedyBatchedRNNTInferConfig.max_symbols_per_step).
 DEFAULT_MAX_SYMBOLS = 10
@@ -42,7 +48,7 @@ class Dims:
 @dataclass
 class Checkpoint:
     path: Path
-    layout: str  # "nemo"
+    layout: str  # "nemo" or "mlx"
     front: FrontEnd
     dims: Dims
     vocabulary: Vocabulary
@@ -91,12 +97,26 @@ def is_parakeet(path: Path) -> bool:
     return isinstance(config.get("joint"), dict) and isinstance(config.get("decoder"), dict)
 
 
+def is_mlx_folder(path: Path) -> bool:
+    """mlx-community's layout (parakeet-mlx's): a NeMo config as config.json, with its vocabulary in the joint."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and isinstance(config.get("joint"), dict) and "vocabulary" in config["joint"]
+
+
 def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
-    """A ``.nemo`` file, or a folder holding exactly one."""
-    nemo = nemo_file(path)
-    if nemo is None:
-        raise CheckpointError(f"{path}: not a Parakeet .nemo file or a folder holding exactly one")
-    ckpt = _load_nemo(nemo)
+    """A ``.nemo`` file, a folder holding exactly one, or mlx-community's folder (config.json + model.safetensors)."""
+    path = Path(path)
+    if path.is_dir() and is_mlx_folder(path):
+        ckpt = _load_mlx(path)
+    else:
+        nemo = nemo_file(path)
+        if nemo is None:
+            raise CheckpointError(f"{path}: not a Parakeet .nemo file, a folder holding exactly one, or an "
+                                  "mlx-community folder (config.json with joint.vocabulary, model.safetensors)")
+        ckpt = _load_nemo(nemo)
     if pins:
         verify(ckpt.files, pins)
     return ckpt
@@ -126,6 +146,43 @@ def _load_nemo(path: Path) -> Checkpoint:
     check_buffers(buffers, front, path)
     check_shapes(weights, expected_shapes(dims), path)
     return Checkpoint(path, "nemo", front, dims, vocabulary, weights, [path])
+
+
+def _load_mlx(folder: Path) -> Checkpoint:
+    """parakeet-mlx's layout: NeMo's names and config, MLX's convolution layouts, each LSTM layer as Wx, Wh and one
+    bias (NeMo's two summed), float16, bfloat16 or float32 (computed in float32)."""
+    config_path, weights_path = folder / "config.json", folder / "model.safetensors"
+    config = read_json_object(config_path)
+    if not weights_path.is_file():
+        raise CheckpointError(f"{folder}: model.safetensors is missing")
+    dims, front = _model(config, config_path)
+    pieces = config["joint"]["vocabulary"]
+    if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
+        raise CheckpointError(f"{config_path}: joint.vocabulary must be a list of strings")
+    vocabulary = Vocabulary.from_pieces(pieces)
+    if len(vocabulary) != dims.vocabulary:
+        raise CheckpointError(f"{config_path}: joint.vocabulary has {len(vocabulary)} pieces; the joint's vocabulary "
+                              f"has {dims.vocabulary}")
+    weights: dict[str, Any] = {}
+    rnn = "decoder.prediction.dec_rnn.lstm."
+    for name, t in read_tensors(weights_path).items():
+        array = np.array(t.astype(mx.float32))
+        if name.startswith("encoder."):
+            weights["encoder." + encoder_name(name.removeprefix("encoder."))] = array
+        elif name.startswith(rnn) and name.count(".") == 5:
+            layer, kind = name.removeprefix(rnn).split(".")
+            torch_name = {"Wx": "weight_ih_l", "Wh": "weight_hh_l", "bias": "bias_ih_l"}.get(kind)
+            if torch_name is None:
+                raise CheckpointError(f"{weights_path}: unexpected tensor {name}")
+            weights[f"{rnn}{torch_name}{layer}"] = array
+            if kind == "bias":  # NeMo's two biases arrive summed: the second is zero
+                weights[f"{rnn}bias_hh_l{layer}"] = np.zeros_like(array)
+        elif name.startswith("ctc_decoder.") and array.ndim == 3:
+            weights[name] = array[:, 0, :]  # the 1x1 convolution (O, 1, I) as a linear map
+        else:
+            weights[name] = array
+    check_shapes(weights, expected_shapes(dims), weights_path)
+    return Checkpoint(folder, "mlx", front, dims, vocabulary, weights, [config_path, weights_path])
 
 
 def _weights_bytes(d: Dims, front: FrontEnd) -> int:

@@ -7,7 +7,6 @@ float32 tensors under mlx-community's names in MLX layouts, each checked against
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from omnid.engine.errors import CheckpointError
+from omnid.engine.json_file import read_json_object
 from omnid.engine.nemo import archive
 from omnid.engine.nemo.fastconformer import ConformerDims, encoder_name, encoder_shapes, mlx_layout
 from omnid.engine.nemo.features import FrontEnd, check_buffers
@@ -153,10 +153,7 @@ def _load_mlx(folder: Path) -> Checkpoint:
     import mlx.core as mx
 
     config_path, weights_path = folder / "config.json", folder / "model.safetensors"
-    try:
-        config = json.loads(config_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{config_path}: {exc}") from exc
+    config = read_json_object(config_path)
     if not weights_path.is_file():
         raise CheckpointError(f"{folder}: model.safetensors is missing")
     fc = archive.section(config, "fc_encoder_config", config_path)

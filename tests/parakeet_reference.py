@@ -1,0 +1,48 @@
+"""parakeet-mlx 0.7.0, the second reference for Parakeet (installed without its dependencies, lock/no-deps.in): its
+model code only. Its audio module imports librosa at the top for its own front end, which the tests never use (they
+feed it NeMo's log-mel, as its own front end differs from NeMo's): a stand-in module is given for that import alone,
+then removed."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+
+def load(folder: Path):
+    """parakeet-mlx's model from an mlx-community folder, strictly (every tensor used, none missing), in float32."""
+    stand_in = "librosa" not in sys.modules
+    if stand_in:
+        librosa = types.ModuleType("librosa")
+        librosa.filters = types.SimpleNamespace(  # type: ignore[attr-defined]
+            mel=lambda sr, n_fft, n_mels, **_: np.zeros((n_mels, n_fft // 2 + 1), np.float32))
+        sys.modules["librosa"] = librosa
+    try:
+        from parakeet_mlx.utils import from_config
+    finally:
+        if stand_in:
+            del sys.modules["librosa"]
+    model = from_config(json.loads((folder / "config.json").read_text()))
+    model.load_weights(str(folder / "model.safetensors"), strict=True)
+    model.update(_float32(model.parameters()))
+    return model
+
+
+def _float32(tree):
+    if isinstance(tree, dict):
+        return {k: _float32(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_float32(v) for v in tree]
+    return tree.astype(mx.float32) if isinstance(tree, mx.array) else tree
+
+
+def greedy(model, mel: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Its encoder output and greedy (token id, frame) pairs on a given log-mel."""
+    features, lengths = model.encoder(mx.array(mel)[None])
+    tokens, _ = model.decode(features, lengths)
+    return np.array(features[0]), [(t.id, round(t.start / 0.08)) for t in tokens[0]]
