@@ -135,6 +135,13 @@ class Qwen3AsrConfig(msgspec.Struct, forbid_unknown_fields=True):
     timed_segment_max_s: float = 10.0
 
 
+class ParakeetConfig(msgspec.Struct, forbid_unknown_fields=True):
+    max_chunk_s: float = 120.0
+    split_search_s: float = 2.0
+    max_audio_s: float = 3600.0
+    decoder: Literal["transducer", "ctc"] = "transducer"
+
+
 class DiarizationConfig(msgspec.Struct, forbid_unknown_fields=True):
     # Open /v1/diarization/stream sockets, all clients together; one more is refused before the upgrade (503).
     max_streams: int = 64
@@ -165,6 +172,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True):
     realtime: RealtimeConfig = msgspec.field(default_factory=RealtimeConfig)
     security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
     qwen3_asr: Qwen3AsrConfig = msgspec.field(default_factory=Qwen3AsrConfig)
+    parakeet: ParakeetConfig = msgspec.field(default_factory=ParakeetConfig)
     diarization: DiarizationConfig = msgspec.field(default_factory=DiarizationConfig)
     models: list[ModelConfig] = msgspec.field(default_factory=list)
 
@@ -201,7 +209,8 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 ENV_PREFIX = "OMNID_"
-SECTIONS = ("server", "engine", "vad", "transcription", "realtime", "security", "qwen3_asr", "diarization")
+SECTIONS = ("server", "engine", "vad", "transcription", "realtime", "security", "qwen3_asr", "parakeet",
+            "diarization")
 
 
 def env_overrides(environ: dict[str, str]) -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
@@ -232,7 +241,7 @@ def _list_fields(section: str) -> set[str]:
 def _section_type(section: str) -> type:
     return {"server": ServerConfig, "engine": EngineConfig, "vad": VadConfig, "transcription": TranscriptionConfig,
             "realtime": RealtimeConfig, "security": SecurityConfig, "qwen3_asr": Qwen3AsrConfig,
-            "diarization": DiarizationConfig}[section]
+            "parakeet": ParakeetConfig, "diarization": DiarizationConfig}[section]
 
 
 def load_config(
@@ -306,6 +315,10 @@ def _check_values(config: Config) -> None:
         raise ConfigError("vad.max_queue must be at least 1")
     if not 0 < config.vad.max_frame_seconds <= 600:
         raise ConfigError("vad.max_frame_seconds must be in (0, 600]")
+    p = config.parakeet
+    if not (10 <= p.max_chunk_s <= 3600 and 0 < p.split_search_s <= p.max_chunk_s / 4 and p.max_audio_s > 0):
+        raise ConfigError("parakeet.max_chunk_s must be in [10, 3600], split_search_s in (0, max_chunk_s / 4] and "
+                          "max_audio_s positive")
     q = config.qwen3_asr
     if not 30 <= q.max_chunk_s <= 3600 or not 0 <= q.split_search_s <= q.max_chunk_s / 4:
         raise ConfigError("qwen3_asr.max_chunk_s must be in [30, 3600] and split_search_s in [0, max_chunk_s / 4]")

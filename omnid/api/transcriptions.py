@@ -187,7 +187,11 @@ async def handle(request: web.Request, services) -> web.StreamResponse:
     req = parse(form, services)
     loop = asyncio.get_running_loop()
     try:
-        audio = await loop.run_in_executor(None, decode_audio, req.audio_bytes, config.transcription.max_audio_seconds)
+        limit = config.transcription.max_audio_seconds
+        model_limit = req.runtime.engine.capabilities.max_audio_s
+        if model_limit is not None:
+            limit = min(limit, model_limit)
+        audio = await loop.run_in_executor(None, decode_audio, req.audio_bytes, limit)
     except AudioDecodeError as exc:
         raise invalid("file", f"file: {exc}", "invalid_audio") from exc
     started = time.perf_counter()

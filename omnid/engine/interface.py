@@ -32,6 +32,8 @@ class Capabilities:
     # How the model itself names its languages (ISO code -> name), where that is what its reference server reports
     # in generation metadata (Qwen3-ASR: "English"); None: the ISO code is reported.
     language_names: Mapping[str, str] | None = None
+    # The longest audio it takes in one request, where it has its own limit (None: the daemon's).
+    max_audio_s: float | None = None
 
 
 @dataclass(frozen=True)

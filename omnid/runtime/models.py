@@ -17,7 +17,7 @@ from omnid.config import (
 )
 from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import TranscriptionEngine
-from omnid.engine.parakeet.engine import ParakeetEngine
+from omnid.engine.parakeet.engine import ParakeetEngine, ParakeetOptions
 from omnid.engine.qwen3_aligner.engine import Qwen3AlignerEngine
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
 from omnid.engine.sortformer.engine import SortformerEngine
@@ -60,17 +60,18 @@ def qwen3_asr_engine(model: ModelConfig, config: Config) -> Callable[[], Transcr
     return named(folder, lambda: Qwen3AsrEngine(model.id, folder, pins, options))
 
 
-def parakeet_engine(model: ModelConfig) -> Callable[[], TranscriptionEngine]:
+def parakeet_engine(model: ModelConfig, config: Config) -> Callable[[], TranscriptionEngine]:
     path = model_folder(model)
     pins = load_pins().get(model.id, {})
-    return named(path, lambda: ParakeetEngine(model.id, path, pins))
+    options = ParakeetOptions(**msgspec.structs.asdict(config.parakeet))
+    return named(path, lambda: ParakeetEngine(model.id, path, pins, options))
 
 
 # How each kind of model in the configuration becomes an engine.
 ENGINES: dict[str, Callable[[ModelConfig, Config], Callable[[], TranscriptionEngine]]] = {
     "whisper": lambda model, _config: whisper_engine(model),
     "qwen3_asr": qwen3_asr_engine,
-    "parakeet": lambda model, _config: parakeet_engine(model),
+    "parakeet": parakeet_engine,
 }
 
 

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import structlog
@@ -42,7 +41,7 @@ class ParakeetOptions:
     max_chunk_s: float = 120.0  # long audio is cut into chunks of at most this long
     split_search_s: float = 2.0  # ... at the quietest 100 ms of this long before each boundary
     max_audio_s: float = 3600.0  # longer audio is refused
-    decoder: Literal["transducer", "ctc"] = "transducer"  # a hybrid checkpoint's head
+    decoder: str = "transducer"  # a hybrid checkpoint's head: "transducer" or "ctc"
 
 
 class ParakeetEngine:
@@ -74,7 +73,8 @@ class ParakeetEngine:
     def capabilities(self) -> Capabilities:
         # Greedy only, no prompt, no budget (the request rules of the reference's servers); times from the tokens.
         return Capabilities(languages=self.languages, prompt=False, word_timestamps=True, timestamps=True,
-                            max_new_tokens=MAX_TOKENS, streaming="redecode", temperature=False)
+                            max_new_tokens=MAX_TOKENS, streaming="redecode", temperature=False,
+                            max_audio_s=self.options.max_audio_s)
 
     def prompt_tokens(self, prompt: str | None) -> tuple[int, ...]:
         return ()
