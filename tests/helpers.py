@@ -202,3 +202,13 @@ async def voxt_manual_turn(ws_url: str, model: str, audio: np.ndarray, language:
         await ws.send_str(json.dumps({"type": "transcription.done"}))
         return await reader
 
+
+async def post_transcription(url: str, wav: bytes, **fields: str) -> tuple[int, dict]:
+    """POST /v1/audio/transcriptions with these form fields and the WAV as its file: the status and the JSON body."""
+    form = aiohttp.FormData()
+    for key, value in fields.items():
+        form.add_field(key, value)
+    form.add_field("file", wav, filename="a.wav")
+    async with aiohttp.ClientSession() as http, http.post(url + "/v1/audio/transcriptions", data=form) as resp:
+        return resp.status, await resp.json()
+

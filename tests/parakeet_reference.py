@@ -12,6 +12,7 @@ from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
+from mlx.utils import tree_map
 
 
 def load(folder: Path):
@@ -29,16 +30,8 @@ def load(folder: Path):
             del sys.modules["librosa"]
     model = from_config(json.loads((folder / "config.json").read_text()))
     model.load_weights(str(folder / "model.safetensors"), strict=True)
-    model.update(_float32(model.parameters()))
+    model.update(tree_map(lambda a: a.astype(mx.float32), model.parameters()))
     return model
-
-
-def _float32(tree):
-    if isinstance(tree, dict):
-        return {k: _float32(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_float32(v) for v in tree]
-    return tree.astype(mx.float32) if isinstance(tree, mx.array) else tree
 
 
 def greedy(model, mel: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import urllib.request
 
-import aiohttp
 import numpy as np
 import openai
 import pytest
 
 from omnid.audio import wav_bytes
-from tests.helpers import openai_manual_turn, voxt_manual_turn
+from tests.helpers import openai_manual_turn, post_transcription, voxt_manual_turn
 from tests.server import ServerThread
 from tests.test_cli import omnid
 from tests.test_parakeet import GOLDENS, audio, meta
@@ -66,24 +65,15 @@ def test_file_request_gives_nemos_text_words_and_segments(client):
     ({"prompt": "a context"}, "prompt"),
 ])
 async def test_each_option_this_model_lacks_is_a_400_naming_it(daemon, fields, param):
-    form = aiohttp.FormData()
-    form.add_field("model", PARAKEET)
-    for k, v in fields.items():
-        form.add_field(k, v)
-    form.add_field("file", wav_bytes(audio("short")), filename="a.wav")
-    async with aiohttp.ClientSession() as http, http.post(daemon.url + "/v1/audio/transcriptions", data=form) as resp:
-        body = await resp.json()
-    assert resp.status == 400 and body["error"]["param"] == param, body
+    status, body = await post_transcription(daemon.url, wav_bytes(audio("short")), model=PARAKEET, **fields)
+    assert status == 400 and body["error"]["param"] == param, body
 
 
 async def test_audio_past_the_models_limit_is_a_400_naming_file(daemon):
     """parakeet.max_audio_s (30 s here): longer audio is refused while it is decoded, before any model work."""
-    form = aiohttp.FormData()
-    form.add_field("model", PARAKEET)
-    form.add_field("file", wav_bytes(np.concatenate([audio("long"), audio("long")])), filename="a.wav")
-    async with aiohttp.ClientSession() as http, http.post(daemon.url + "/v1/audio/transcriptions", data=form) as resp:
-        body = await resp.json()
-    assert resp.status == 400 and body["error"]["param"] == "file", body
+    status, body = await post_transcription(daemon.url, wav_bytes(np.concatenate([audio("long"), audio("long")])),
+                                            model=PARAKEET)
+    assert status == 400 and body["error"]["param"] == "file", body
     assert "30 s limit" in body["error"]["message"]
 
 

@@ -15,7 +15,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from omnid.audio import wav_bytes
 from omnid.engine.whisper.engine import TranscribeOptions
-from tests.helpers import append, as_received, clip_audio, collect, openai_manual_turn, silence, voxt_manual_turn
+from tests.helpers import (
+    append,
+    as_received,
+    clip_audio,
+    collect,
+    openai_manual_turn,
+    post_transcription,
+    silence,
+    voxt_manual_turn,
+)
 from tests.qwen_goldens import TINY, clip, meta
 from tests.server import ServerThread
 
@@ -94,14 +103,8 @@ def test_sse_streaming_ends_with_the_official_text(client):
 ])
 async def test_each_option_this_model_lacks_is_a_400_naming_it(daemon, fields, param):
     before = audio_seconds(daemon.url, QWEN)
-    form = aiohttp.FormData()
-    form.add_field("model", QWEN)
-    for k, v in fields.items():
-        form.add_field(k, v)
-    form.add_field("file", wav_bytes(clip("short")), filename="a.wav")
-    async with aiohttp.ClientSession() as http, http.post(daemon.url + "/v1/audio/transcriptions", data=form) as resp:
-        body = await resp.json()
-    assert resp.status == 400 and body["error"]["param"] == param, body
+    status, body = await post_transcription(daemon.url, wav_bytes(clip("short")), model=QWEN, **fields)
+    assert status == 400 and body["error"]["param"] == param, body
     assert audio_seconds(daemon.url, QWEN) == before  # refused before any model work
 
 

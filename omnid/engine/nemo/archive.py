@@ -7,10 +7,11 @@ count, the config's size, its references' expansion; the weights' size is the ki
 from __future__ import annotations
 
 import io
+import math
 import re
 import tarfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from omnid.engine.errors import CheckpointError
+from omnid.engine.nemo.features import FrontEnd
 from omnid.engine.nemo.torch_zip import read_state_dict
 
 # A kind's own small artifacts (a tokenizer) are at most this large.
@@ -61,6 +63,15 @@ def read(path: Path, weights_limit: Callable[[dict], int], artifacts: tuple[str,
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise CheckpointError(f"{path}: cannot read: {exc}") from exc
     return NemoFile(config, state, extra)
+
+
+def state_limit(shapes: Mapping[str, tuple[int, ...]], front: FrontEnd) -> int:
+    """The most bytes the weights of a model with these tensors may take in a .nemo: every tensor and the front
+    end's window and filterbank in float64 (the widest a torch storage holds them), and a megabyte for the pickle
+    and zip records."""
+    elements = sum(math.prod(shape) for shape in shapes.values())
+    elements += front.n_fft + front.n_mels * (front.n_fft // 2 + 1)
+    return 8 * elements + (1 << 20)
 
 
 def section(config: dict, key: str, source: Path | str) -> dict:

@@ -11,7 +11,6 @@ under this package's names in MLX layouts.
 from __future__ import annotations
 
 import json
-import math
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,14 +121,28 @@ def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
     return ckpt
 
 
-def _load_nemo(path: Path) -> Checkpoint:
+def read_nemo(path: Path) -> tuple[archive.NemoFile, Dims, FrontEnd, Vocabulary]:
+    """A Parakeet .nemo read and checked: its archive, the model its config describes, its vocabulary."""
     source = Path(f"{path}:model_config.yaml")
-    nemo = archive.read(path, lambda cfg: _weights_bytes(*_model(cfg, source)), artifacts=("tokenizer.model",))
+
+    def limit(cfg: dict) -> int:
+        dims, front = _model(cfg, source)
+        return archive.state_limit(expected_shapes(dims), front)
+
+    nemo = archive.read(path, limit, artifacts=("tokenizer.model",))
     dims, front = _model(nemo.config, source)
     vocabulary = Vocabulary.from_sentencepiece(nemo.artifacts["tokenizer.model"], f"{path}:tokenizer.model")
+    _check_vocabulary(vocabulary, dims, f"{path}:tokenizer.model")
+    return nemo, dims, front, vocabulary
+
+
+def _check_vocabulary(vocabulary: Vocabulary, dims: Dims, source: str) -> None:
     if len(vocabulary) != dims.vocabulary:
-        raise CheckpointError(f"{path}:tokenizer.model has {len(vocabulary)} pieces; the joint's vocabulary has "
-                              f"{dims.vocabulary}")
+        raise CheckpointError(f"{source} has {len(vocabulary)} pieces; the joint's vocabulary has {dims.vocabulary}")
+
+
+def _load_nemo(path: Path) -> Checkpoint:
+    nemo, dims, front, vocabulary = read_nemo(path)
     weights: dict[str, Any] = {}
     buffers = {}
     for name, t in nemo.state.items():
@@ -142,7 +155,7 @@ def _load_nemo(path: Path) -> Checkpoint:
             name = "encoder." + encoder_name(name.removeprefix("encoder."))
         elif name.startswith("ctc_decoder.") and t.ndim == 3:
             t = t[..., 0]  # the 1x1 convolution as a linear map
-        weights[name] = mlx_layout(name, t.astype(np.float32)) if name.startswith("encoder.") else t.astype(np.float32)
+        weights[name] = mlx_layout(name, t.astype(np.float32))
     check_buffers(buffers, front, path)
     check_shapes(weights, expected_shapes(dims), path)
     return Checkpoint(path, "nemo", front, dims, vocabulary, weights, [path])
@@ -160,9 +173,7 @@ def _load_mlx(folder: Path) -> Checkpoint:
     if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
         raise CheckpointError(f"{config_path}: joint.vocabulary must be a list of strings")
     vocabulary = Vocabulary.from_pieces(pieces)
-    if len(vocabulary) != dims.vocabulary:
-        raise CheckpointError(f"{config_path}: joint.vocabulary has {len(vocabulary)} pieces; the joint's vocabulary "
-                              f"has {dims.vocabulary}")
+    _check_vocabulary(vocabulary, dims, f"{config_path}: joint.vocabulary")
     weights: dict[str, Any] = {}
     rnn = "decoder.prediction.dec_rnn.lstm."
     for name, t in read_tensors(weights_path).items():
@@ -183,14 +194,6 @@ def _load_mlx(folder: Path) -> Checkpoint:
             weights[name] = array
     check_shapes(weights, expected_shapes(dims), weights_path)
     return Checkpoint(folder, "mlx", front, dims, vocabulary, weights, [config_path, weights_path])
-
-
-def _weights_bytes(d: Dims, front: FrontEnd) -> int:
-    """The most bytes the weights of this model may take: every tensor and the front end's buffers in float64 (the
-    widest a torch storage holds them), and a megabyte for the pickle and zip records."""
-    elements = sum(math.prod(shape) for shape in expected_shapes(d).values())
-    elements += front.n_fft + front.n_mels * (front.n_fft // 2 + 1)
-    return 8 * elements + (1 << 20)
 
 
 def _model(cfg: dict, source: Path) -> tuple[Dims, FrontEnd]:

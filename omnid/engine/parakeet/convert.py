@@ -14,10 +14,8 @@ import mlx.core as mx
 import numpy as np
 
 from omnid.engine.errors import CheckpointError
-from omnid.engine.nemo import archive
 from omnid.engine.nemo.fastconformer import mlx_layout
-from omnid.engine.nemo.tokenizer import Vocabulary
-from omnid.engine.parakeet.checkpoint import _model, _weights_bytes, nemo_file
+from omnid.engine.parakeet.checkpoint import nemo_file, read_nemo
 
 _LSTM = re.compile(r"^(decoder\.prediction\.dec_rnn\.lstm)\.(weight_ih|weight_hh|bias_ih|bias_hh)_l(\d+)$")
 
@@ -27,10 +25,7 @@ def to_mlx_folder(path: Path, out: Path) -> Path:
     nemo = nemo_file(path)
     if nemo is None:
         raise CheckpointError(f"{path}: not a .nemo file or a folder holding exactly one")
-    source = Path(f"{nemo}:model_config.yaml")
-    read = archive.read(nemo, lambda cfg: _weights_bytes(*_model(cfg, source)), artifacts=("tokenizer.model",))
-    _model(read.config, source)  # refuses what omnid would refuse
-    vocabulary = Vocabulary.from_sentencepiece(read.artifacts["tokenizer.model"], f"{nemo}:tokenizer.model")
+    read, _, _, vocabulary = read_nemo(nemo)  # refuses what omnid would refuse
     config = dict(read.config)
     config["joint"] = {**config["joint"], "vocabulary": list(vocabulary.pieces)}
     tensors: dict[str, np.ndarray] = {}
@@ -42,8 +37,6 @@ def to_mlx_folder(path: Path, out: Path) -> Path:
         match = _LSTM.match(name)
         if match:
             lstm.setdefault((match.group(1), match.group(3)), {})[match.group(2)] = t
-        elif name.startswith("ctc_decoder.") and t.ndim == 3:
-            tensors[name] = t.transpose(0, 2, 1)  # Conv1d (O, I, 1) -> MLX's (O, 1, I)
         else:
             tensors[name] = mlx_layout(name, t)
     for (prefix, layer), parts in lstm.items():

@@ -54,20 +54,21 @@ class ParakeetEngine:
         ckpt = load(Path(path), dict(pins) if pins else None)
         self.layout = ckpt.layout
         self.model = Parakeet(ckpt)
-        if options.decoder == "ctc" and self.model.ctc is None:
+        self.ctc = options.decoder == "ctc"
+        if self.ctc and self.model.ctc is None:
             raise EngineError(f"{path}: decoder = \"ctc\" asks for a CTC head, which this checkpoint has not")
         # The checkpoint names no languages: NVIDIA's English model has a 1024-piece vocabulary, the 25-language v3
         # an 8192-piece one (and so do these tiny test models' 64 pieces count as English).
         self.languages = V3_LANGUAGES if len(self.model.vocabulary) > 1024 else ("en",)
         self.load_seconds = time.perf_counter() - started
         log.info("engine_loaded", model=model_id, kind=self.kind, layout=self.layout,
-                 decoder="ctc" if options.decoder == "ctc" else ("tdt" if self.model.dims.durations else "rnnt"),
+                 decoder="ctc" if self.ctc else ("tdt" if self.model.dims.durations else "rnnt"),
                  seconds=round(self.load_seconds, 3))
 
     def tokens(self, audio: np.ndarray) -> list[Token]:
         """One chunk's greedy tokens."""
         model = self.model
-        return model.decode(model.encode(model.features(audio)), ctc=self.options.decoder == "ctc")
+        return model.decode(model.encode(model.features(audio)), ctc=self.ctc)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -85,6 +86,18 @@ class ParakeetEngine:
         """16 kHz mono float32 -> transcript: each chunk that is not silent decoded on its own, its segments (and
         their words) on the file's timeline; the text is the chunks' texts joined by spaces. Segments passed to
         ``on_segment`` after the first start with a space, so that their texts join into the text."""
+        return self._transcript(audio, [(0, len(audio))], check, on_segment, on_progress)
+
+    def transcribe_clips(self, audio: np.ndarray, clips: list[tuple[int, int]],
+                         opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
+                         on_segment: Callable[[Segment], None] | None = None) -> Transcript:
+        """Only the given sample spans (the speech a VAD found), each on its own, on the clip's timeline."""
+        return self._transcript(audio, clips, check, on_segment)
+
+    def _transcript(self, audio: np.ndarray, spans: list[tuple[int, int]], check: Check,
+                    on_segment: Callable[[Segment], None] | None = None,
+                    on_progress: Callable[[float, float], None] | None = None) -> Transcript:
+        """The given sample spans of the audio, each cut into chunks, each chunk decoded on its own."""
         duration = len(audio) / SAMPLE_RATE
         if duration > self.options.max_audio_s:
             raise EngineError(f"the audio is {duration:.1f} s long; this model takes at most "
@@ -92,46 +105,23 @@ class ParakeetEngine:
         segments: list[Segment] = []
         texts: list[str] = []
         generated = 0
-        for start, end in chunk_spans(audio, self.options.max_chunk_s, self.options.split_search_s):
-            check()
-            chunk = audio[start:end]
-            if not silent(chunk):
-                tokens = self.tokens(chunk)
-                generated += len(tokens)
-                text = self.model.vocabulary.text([t.id for t in tokens])
-                if text:
-                    texts.append(text)
-                for seg in self._segments(tokens, start):
-                    seg = replace(seg, id=len(segments))
-                    if on_segment is not None:
-                        on_segment(replace(seg, text=" " + seg.text) if segments else seg)
-                    segments.append(seg)
-            if on_progress is not None:
-                on_progress(end / SAMPLE_RATE, duration)
+        for first, last in spans:
+            for start, end in chunk_spans(audio[first:last], self.options.max_chunk_s, self.options.split_search_s):
+                check()
+                chunk = audio[first + start : first + end]
+                if not silent(chunk):
+                    tokens = self.tokens(chunk)
+                    generated += len(tokens)
+                    text = self.model.vocabulary.text([t.id for t in tokens])
+                    if text:
+                        texts.append(text)
+                    for seg in self._segments(tokens, first + start, len(segments)):
+                        if on_segment is not None:
+                            on_segment(replace(seg, text=" " + seg.text) if segments else seg)
+                        segments.append(seg)
+                if on_progress is not None:
+                    on_progress((first + end) / SAMPLE_RATE, duration)
         return Transcript(" ".join(texts), segments, "", duration, generated, "stop")  # the reference joins so
-
-    def transcribe_clips(self, audio: np.ndarray, clips: list[tuple[int, int]],
-                         opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
-                         on_segment: Callable[[Segment], None] | None = None) -> Transcript:
-        """Only the given sample spans (the speech a VAD found), each on its own, on the clip's timeline."""
-        segments: list[Segment] = []
-        texts: list[str] = []
-        generated = 0
-        for first, last in clips:
-            part = self.transcribe(audio[first:last], opts, check)
-            shift = first / SAMPLE_RATE
-            for seg in part.segments:
-                seg = replace(seg, id=len(segments), seek=seg.seek + first // HOP_LENGTH,
-                              start=round(seg.start + shift, 3), end=round(seg.end + shift, 3),
-                              words=[replace(w, start=round(w.start + shift, 3), end=round(w.end + shift, 3))
-                                     for w in seg.words or []])
-                if on_segment is not None:
-                    on_segment(replace(seg, text=" " + seg.text) if segments else seg)
-                segments.append(seg)
-            if part.text:
-                texts.append(part.text)
-            generated += part.generated_tokens
-        return Transcript(" ".join(texts), segments, "", len(audio) / SAMPLE_RATE, generated, "stop")
 
     def preview(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), prefix: str = "",
                 check: Check = lambda: None) -> str:
@@ -151,18 +141,24 @@ class ParakeetEngine:
         text = self.transcribe(audio, opts, check).text
         return Hypothesis(text=text, raw=text, decodes=(previous.decodes if previous else 0) + 1, language=None)
 
-    def _segments(self, tokens: list[Token], start: int) -> list[Segment]:
+    def _segments(self, tokens: list[Token], start: int, first_id: int) -> list[Segment]:
+        """NeMo's segments of one chunk's tokens, each with its words, on the file's timeline (``start``: the
+        chunk's first sample), numbered from ``first_id``."""
         vocab, offset = self.model.vocabulary, start / SAMPLE_RATE
         stride = HOP_LENGTH / SAMPLE_RATE
-        words = timestamps.words(timestamps.token_spans(tokens, vocab, ctc=self.options.decoder == "ctc"), vocab)
-        out = []
+
+        def seconds(span: timestamps.Span) -> tuple[float, float]:
+            begin, end = span.seconds(stride, SUBSAMPLING)
+            return round(offset + begin, 3), round(offset + end, 3)
+
+        words = timestamps.words(timestamps.token_spans(tokens, vocab, ctc=self.ctc), vocab)
+        out: list[Segment] = []
+        w = 0
         for seg in timestamps.segments(words):
-            s0, s1 = seg.seconds(stride, SUBSAMPLING)
             timed = []
-            for w in words:
-                if w.first >= seg.first and w.last <= seg.last:
-                    w0, w1 = w.seconds(stride, SUBSAMPLING)
-                    timed.append(Word(w.text, round(offset + w0, 3), round(offset + w1, 3), 1.0))  # NeMo gives none
-            out.append(Segment(0, start // HOP_LENGTH, round(offset + s0, 3), round(offset + s1, 3), seg.text,
+            while w < len(words) and words[w].last <= seg.last:  # a segment is a run of consecutive words
+                timed.append(Word(words[w].text, *seconds(words[w]), 1.0))  # NeMo gives no probability
+                w += 1
+            out.append(Segment(first_id + len(out), start // HOP_LENGTH, *seconds(seg), seg.text,
                                [t.id for t in tokens[seg.first : seg.last]], 0.0, 0.0, 0.0, 0.0, timed))
         return out

@@ -7,7 +7,6 @@ float32 tensors under mlx-community's names in MLX layouts, each checked against
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,7 +227,12 @@ def nemo_name(name: str) -> str:
 def _load_nemo(path: Path) -> Checkpoint:
     """The config first; then the weights, no larger than the model it describes (checked before they are read)."""
     source = Path(f"{path}:model_config.yaml")
-    nemo = archive.read(path, lambda cfg: _weights_bytes(*_nemo_model(cfg, source)[:2]))
+
+    def limit(cfg: dict) -> int:
+        dims, front, _ = _nemo_model(cfg, source)
+        return archive.state_limit(expected_shapes(dims), front)
+
+    nemo = archive.read(path, limit)
     dims, front, streaming = _nemo_model(nemo.config, source)
     state = nemo.state
     weights: dict[str, Any] = {}
@@ -245,14 +249,6 @@ def _load_nemo(path: Path) -> Checkpoint:
     if EMBED_POSITIONS in weights:
         raise CheckpointError(f"{path}: a .nemo holds no {EMBED_POSITIONS}")
     return Checkpoint(path, "nemo", front, dims, streaming, weights, [path])
-
-
-def _weights_bytes(d: Dims, front: FrontEnd) -> int:
-    """The most bytes a state dict of this model may hold: its tensors and the front end's window and filterbank in
-    float64 (the widest a torch storage stores them), and a megabyte for the pickle and zip records."""
-    elements = sum(math.prod(shape) for shape in expected_shapes(d).values())
-    elements += front.n_fft + front.n_mels * (front.n_fft // 2 + 1)
-    return 8 * elements + (1 << 20)
 
 
 def _nemo_model(cfg: dict, source: Path) -> tuple[Dims, FrontEnd, Streaming]:
