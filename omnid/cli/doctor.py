@@ -10,7 +10,7 @@ from pathlib import Path
 from omnid import blas
 from omnid.config import Config, ConfigError, config_dir, load_pins, model_folder
 from omnid.engine.errors import CheckpointError
-from omnid.engine.parakeet.checkpoint import is_mlx_folder, nemo_file
+from omnid.engine.parakeet.checkpoint import is_mlx_folder, nemo_file, transformers_architecture
 from omnid.engine.pins import sha256
 from omnid.engine.whisper.checkpoint import detect_format
 
@@ -65,9 +65,12 @@ def _layout(kind: str, path: Path) -> str:
     if kind == "parakeet":
         if path.is_dir() and is_mlx_folder(path):
             return "mlx"
+        if path.is_dir() and transformers_architecture(path):
+            return "transformers"
         if nemo_file(path) is not None:
             return "nemo"
-        raise CheckpointError(f"{path}: no Parakeet checkpoint (a .nemo file, or config.json and model.safetensors)")
+        raise CheckpointError(f"{path}: no Parakeet checkpoint (a .nemo file, an mlx-community folder or a "
+                              "transformers folder)")
     if not path.exists():
         raise CheckpointError(f"{path}: missing")
     return "nemo" if path.suffix == ".nemo" else "folder"

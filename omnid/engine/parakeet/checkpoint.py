@@ -28,6 +28,7 @@ from omnid.engine.nemo.tokenizer import Vocabulary
 from omnid.engine.pins import verify
 from omnid.engine.tensor_file import check_shapes, read_tensors
 
+TRANSFORMERS = ("ParakeetForTDT", "ParakeetForRNNT", "ParakeetForCTC")
 # NeMo's default when a config's greedy section names no limit (GreedyBatchedRNNTInferConfig.max_symbols_per_step).
 DEFAULT_MAX_SYMBOLS = 10
 
@@ -41,13 +42,14 @@ class Dims:
     joint_hidden: int
     durations: tuple[int, ...]  # empty for RNN-T
     max_symbols: int
-    ctc: bool  # a hybrid's CTC head is there too
+    ctc: bool  # a CTC head is there (a hybrid's, or a CTC model's only head)
+    transducer: bool = True  # a prediction network and joint (not in a CTC model)
 
 
 @dataclass
 class Checkpoint:
     path: Path
-    layout: str  # "nemo" or "mlx"
+    layout: str  # "nemo", "mlx" or "transformers"
     front: FrontEnd
     dims: Dims
     vocabulary: Vocabulary
@@ -58,6 +60,11 @@ class Checkpoint:
 def expected_shapes(d: Dims) -> dict[str, tuple[int, ...]]:
     m, p, j, v = d.conformer.d_model, d.pred_hidden, d.joint_hidden, d.vocabulary
     shapes = encoder_shapes(d.conformer, "encoder")
+    if d.ctc:
+        shapes["ctc_decoder.decoder_layers.0.weight"] = (v + 1, m)
+        shapes["ctc_decoder.decoder_layers.0.bias"] = (v + 1,)
+    if not d.transducer:
+        return shapes
     shapes["decoder.prediction.embed.weight"] = (v + 1, p)
     for i in range(d.pred_layers):
         rnn = "decoder.prediction.dec_rnn.lstm"
@@ -67,9 +74,6 @@ def expected_shapes(d: Dims) -> dict[str, tuple[int, ...]]:
     shapes["joint.pred.weight"], shapes["joint.pred.bias"] = (j, p), (j,)
     out = v + 1 + len(d.durations)
     shapes["joint.joint_net.2.weight"], shapes["joint.joint_net.2.bias"] = (out, j), (out,)
-    if d.ctc:
-        shapes["ctc_decoder.decoder_layers.0.weight"] = (v + 1, m)
-        shapes["ctc_decoder.decoder_layers.0.bias"] = (v + 1,)
     return shapes
 
 
@@ -83,8 +87,12 @@ def nemo_file(path: Path) -> Path | None:
 
 
 def is_parakeet(path: Path) -> bool:
-    """Whether a path holds a Parakeet ``.nemo`` (its config has a transducer's decoder and joint, where a
-    Sortformer's has its own modules), for `omnid transcribe --model PATH`."""
+    """Whether a path holds a Parakeet checkpoint in any of its layouts, for `omnid transcribe --model PATH`: a
+    ``.nemo`` whose config has a transducer's decoder and joint (where a Sortformer's has its own modules), an
+    mlx-community folder or a transformers folder."""
+    path = Path(path)
+    if path.is_dir() and (is_mlx_folder(path) or transformers_architecture(path)):
+        return True
     nemo = nemo_file(path)
     if nemo is None:
         return False
@@ -105,11 +113,28 @@ def is_mlx_folder(path: Path) -> bool:
     return isinstance(config, dict) and isinstance(config.get("joint"), dict) and "vocabulary" in config["joint"]
 
 
+def transformers_architecture(path: Path) -> str | None:
+    """The transformers Parakeet class a folder's config.json names (the layout the reference's Python server
+    reads), or None."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    names = config.get("architectures") if isinstance(config, dict) else None
+    found = [n for n in names if n in TRANSFORMERS] if isinstance(names, list) else []
+    return found[0] if found else None
+
+
 def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
-    """A ``.nemo`` file, a folder holding exactly one, or mlx-community's folder (config.json + model.safetensors)."""
+    """A ``.nemo`` file, a folder holding exactly one, mlx-community's folder (config.json + model.safetensors) or
+    the transformers layout (config.json naming ParakeetForTDT/RNNT/CTC, safetensors, tokenizer.json)."""
     path = Path(path)
     if path.is_dir() and is_mlx_folder(path):
         ckpt = _load_mlx(path)
+    elif path.is_dir() and transformers_architecture(path):
+        from omnid.engine.parakeet import transformers_layout  # it builds on this module
+
+        ckpt = transformers_layout.load(path)
     else:
         nemo = nemo_file(path)
         if nemo is None:
@@ -132,11 +157,11 @@ def read_nemo(path: Path) -> tuple[archive.NemoFile, Dims, FrontEnd, Vocabulary]
     nemo = archive.read(path, limit, artifacts=("tokenizer.model",))
     dims, front = _model(nemo.config, source)
     vocabulary = Vocabulary.from_sentencepiece(nemo.artifacts["tokenizer.model"], f"{path}:tokenizer.model")
-    _check_vocabulary(vocabulary, dims, f"{path}:tokenizer.model")
+    check_vocabulary(vocabulary, dims, f"{path}:tokenizer.model")
     return nemo, dims, front, vocabulary
 
 
-def _check_vocabulary(vocabulary: Vocabulary, dims: Dims, source: str) -> None:
+def check_vocabulary(vocabulary: Vocabulary, dims: Dims, source: str) -> None:
     if len(vocabulary) != dims.vocabulary:
         raise CheckpointError(f"{source} has {len(vocabulary)} pieces; the joint's vocabulary has {dims.vocabulary}")
 
@@ -173,7 +198,7 @@ def _load_mlx(folder: Path) -> Checkpoint:
     if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
         raise CheckpointError(f"{config_path}: joint.vocabulary must be a list of strings")
     vocabulary = Vocabulary.from_pieces(pieces)
-    _check_vocabulary(vocabulary, dims, f"{config_path}: joint.vocabulary")
+    check_vocabulary(vocabulary, dims, f"{config_path}: joint.vocabulary")
     weights: dict[str, Any] = {}
     rnn = "decoder.prediction.dec_rnn.lstm."
     for name, t in read_tensors(weights_path).items():

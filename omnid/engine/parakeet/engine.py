@@ -1,8 +1,8 @@
 """Parakeet as a transcription engine: long audio in chunks (chunks.py), each chunk's greedy tokens, then NeMo's
 words and segments on the file's timeline; live previews decode the open segment again.
 
-A hybrid TDT-CTC checkpoint decodes with its transducer unless ``decoder = "ctc"``. Times follow NeMo's rules for
-the decoder that ran (engine/nemo/timestamps.py).
+A hybrid TDT-CTC checkpoint decodes with its transducer unless ``decoder = "ctc"``; a CTC model with its one
+head. Times follow NeMo's rules for the decoder that ran (engine/nemo/timestamps.py).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class ParakeetEngine:
         ckpt = load(Path(path), dict(pins) if pins else None)
         self.layout = ckpt.layout
         self.model = Parakeet(ckpt)
-        self.ctc = options.decoder == "ctc"
+        self.ctc = options.decoder == "ctc" or self.model.transducer is None  # a CTC model has only that head
         if self.ctc and self.model.ctc is None:
             raise EngineError(f"{path}: decoder = \"ctc\" asks for a CTC head, which this checkpoint has not")
         # The checkpoint names no languages: NVIDIA's English model has a 1024-piece vocabulary, the 25-language v3

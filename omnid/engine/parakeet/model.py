@@ -1,5 +1,6 @@
 """Parakeet: NeMo's log-mel, the shared FastConformer (MLX; numpy layers on MLX's CPU device), then a transducer
-(TDT or RNN-T: prediction network and joint) or a CTC head, decoded greedily as NeMo does (engine/nemo/transducer.py).
+(TDT or RNN-T: prediction network and joint) or a CTC head (a hybrid has both; a CTC model only the head), decoded
+greedily as NeMo does (engine/nemo/transducer.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 from omnid.engine.nemo.fastconformer import FastConformer
 from omnid.engine.nemo.features import log_mel
 from omnid.engine.nemo.transducer import Ctc, Joint, LstmLayer, PredictionNetwork, Token, Transducer
-from omnid.engine.parakeet.checkpoint import Checkpoint
+from omnid.engine.parakeet.checkpoint import Checkpoint, Dims
 
 FRAME_SECONDS = 0.08  # an encoder frame: 8 mel hops of 10 ms
 
@@ -24,14 +25,7 @@ class Parakeet:
         encoder = [(name.removeprefix("encoder."), mx.array(w.pop(name))) for name in list(w) if name.startswith("encoder.")]
         self.encoder.load_weights(encoder)
         mx.eval(self.encoder.parameters())
-        rnn = "decoder.prediction.dec_rnn.lstm"
-        prediction = PredictionNetwork(
-            w.pop("decoder.prediction.embed.weight"),
-            tuple(LstmLayer(w.pop(f"{rnn}.weight_ih_l{i}"), w.pop(f"{rnn}.weight_hh_l{i}"), w.pop(f"{rnn}.bias_ih_l{i}"),
-                            w.pop(f"{rnn}.bias_hh_l{i}")) for i in range(d.pred_layers)))
-        joint = Joint(w.pop("joint.enc.weight"), w.pop("joint.enc.bias"), w.pop("joint.pred.weight"),
-                      w.pop("joint.pred.bias"), w.pop("joint.joint_net.2.weight"), w.pop("joint.joint_net.2.bias"))
-        self.transducer = Transducer(prediction, joint, d.vocabulary, d.durations, d.max_symbols)
+        self.transducer = _transducer(w, d) if d.transducer else None
         self.ctc = Ctc(w.pop("ctc_decoder.decoder_layers.0.weight"), w.pop("ctc_decoder.decoder_layers.0.bias")) \
             if d.ctc else None
 
@@ -51,4 +45,17 @@ class Parakeet:
             if self.ctc is None:
                 raise ValueError("this checkpoint has no CTC head")
             return self.ctc.greedy(encoded)
+        if self.transducer is None:
+            raise ValueError("this checkpoint has no transducer")
         return self.transducer.greedy(encoded)
+
+
+def _transducer(w: dict, d: Dims) -> Transducer:
+    rnn = "decoder.prediction.dec_rnn.lstm"
+    prediction = PredictionNetwork(
+        w.pop("decoder.prediction.embed.weight"),
+        tuple(LstmLayer(w.pop(f"{rnn}.weight_ih_l{i}"), w.pop(f"{rnn}.weight_hh_l{i}"), w.pop(f"{rnn}.bias_ih_l{i}"),
+                        w.pop(f"{rnn}.bias_hh_l{i}")) for i in range(d.pred_layers)))
+    joint = Joint(w.pop("joint.enc.weight"), w.pop("joint.enc.bias"), w.pop("joint.pred.weight"),
+                  w.pop("joint.pred.bias"), w.pop("joint.joint_net.2.weight"), w.pop("joint.joint_net.2.bias"))
+    return Transducer(prediction, joint, d.vocabulary, d.durations, d.max_symbols)
