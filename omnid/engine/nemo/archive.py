@@ -6,7 +6,6 @@ count, the config's size, its references' expansion; the weights' size is the ki
 
 from __future__ import annotations
 
-import io
 import math
 import re
 import tarfile
@@ -59,7 +58,8 @@ def read(path: Path, weights_limit: Callable[[dict], int], artifacts: tuple[str,
                                       f"describes needs at most {limit}")
             file = tar.extractfile(weights)
             assert file is not None
-            state = read_state_dict(io.BytesIO(file.read()), f"{path}:model_weights.ckpt", max_bytes=limit)
+            # read in place (the archive member is seekable), not copied whole into memory first
+            state = read_state_dict(file, f"{path}:model_weights.ckpt", max_bytes=limit)
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise CheckpointError(f"{path}: cannot read: {exc}") from exc
     return NemoFile(config, state, extra)

@@ -150,7 +150,8 @@ def read_state_dict(source: Path | IO[bytes], name: str = "", max_bytes: int = M
                 state = _Unpickler(f, archive, prefix, label, max_bytes).load()
             if not isinstance(state, dict) or not all(isinstance(v, _Tensor) for v in state.values()):
                 raise CheckpointError(f"{label}: expected a state dict of tensors")
-            return {str(k): _build(label, str(k), v) for k, v in state.items()}
+            # each storage freed once its tensor is built (nothing else holds it): one copy of the weights held
+            return {str(k): _build(label, str(k), state.pop(k)) for k in list(state)}
     except (pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, TypeError, AttributeError,
             IndexError, KeyError, RecursionError, MemoryError, OverflowError) as exc:
         raise CheckpointError(f"{label}: corrupt or unreadable tensor file: {type(exc).__name__}: {exc}") from exc

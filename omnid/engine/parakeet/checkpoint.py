@@ -170,7 +170,8 @@ def _load_nemo(path: Path) -> Checkpoint:
     nemo, dims, front, vocabulary = read_nemo(path)
     weights: dict[str, Any] = {}
     buffers = {}
-    for name, t in nemo.state.items():
+    for name in list(nemo.state):  # each freed once converted: one copy of the weights held, not two
+        t = nemo.state.pop(name)
         if name.endswith("num_batches_tracked"):
             continue
         if name.startswith("preprocessor."):
@@ -180,7 +181,7 @@ def _load_nemo(path: Path) -> Checkpoint:
             name = "encoder." + encoder_name(name.removeprefix("encoder."))
         elif name.startswith("ctc_decoder.") and t.ndim == 3:
             t = t[..., 0]  # the 1x1 convolution as a linear map
-        weights[name] = mlx_layout(name, t.astype(np.float32))
+        weights[name] = mlx_layout(name, t.astype(np.float32, copy=False))
     check_buffers(buffers, front, path)
     check_shapes(weights, expected_shapes(dims), path)
     return Checkpoint(path, "nemo", front, dims, vocabulary, weights, [path])
@@ -201,8 +202,9 @@ def _load_mlx(folder: Path) -> Checkpoint:
     check_vocabulary(vocabulary, dims, f"{config_path}: joint.vocabulary")
     weights: dict[str, Any] = {}
     rnn = "decoder.prediction.dec_rnn.lstm."
-    for name, t in read_tensors(weights_path).items():
-        array = np.array(t.astype(mx.float32))
+    tensors = read_tensors(weights_path)
+    for name in list(tensors):  # each freed once converted: one copy of the weights held, not two
+        array = np.array(tensors.pop(name).astype(mx.float32))
         if name.startswith("encoder."):
             weights["encoder." + encoder_name(name.removeprefix("encoder."))] = array
         elif name.startswith(rnn) and name.count(".") == 5:

@@ -73,7 +73,9 @@ def load(folder: Path) -> Checkpoint:
         raise CheckpointError(f"{folder}: no *.safetensors weights")
     weights: dict[str, Any] = {}
     for path in files:
-        for name, t in read_tensors(path).items():
+        tensors = read_tensors(path)
+        for name in list(tensors):  # each freed once converted: one copy of the weights held, not two
+            t = tensors.pop(name)
             if name.endswith("num_batches_tracked"):
                 continue
             array = np.array(t.astype(mx.float32))
