@@ -16,8 +16,10 @@ import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import CPU_THREADS, by_share, gelu_rows, head_attention_np
-from omnid.engine.numpy_layers import ROWS, Linear, Norm, blocks, by_columns, scratch
+from omnid.engine.numpy_layers import Linear, Norm, blocks, by_columns, scratch
 
+# Below this many rows per thread the products are split by columns instead (measured with 128-row blocks).
+FEW_ROWS = 128
 
 class CpuEncoderLayer:
     """x + attention(norm(x)), then x + mlp2(gelu(mlp1(norm(x)))) on numpy arrays, updating the (batch, positions,
@@ -36,7 +38,7 @@ class CpuEncoderLayer:
     def __call__(self, x: np.ndarray) -> None:
         b, t, d = x.shape
         rows = x.reshape(b * t, d)
-        few = b * t < CPU_THREADS * ROWS
+        few = b * t < CPU_THREADS * FEW_ROWS
         q, k, v = (np.empty((b * t, d), np.float32) for _ in range(3))
 
         def projections(start: int, stop: int) -> None:
