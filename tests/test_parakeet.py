@@ -278,3 +278,19 @@ def test_an_mlx_folder_whose_vocabulary_disagrees_with_the_joint_fails_at_load(t
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="joint.vocabulary has 63 pieces; the joint's vocabulary has 64"):
         load(folder)
+
+
+@pytest.mark.parametrize("block", [1, 5, 128])
+def test_long_input_is_subsampled_in_blocks_as_in_one(monkeypatch, block: int) -> None:
+    """The CPU subsampling takes a long input a block of output frames at a time (bounded memory): the same frames
+    as the whole input in one pass, at every block edge."""
+    from omnid.engine.nemo import fastconformer
+
+    sub = model("tdt").encoder.subsampling
+    mel = audio("long")[: 16000 * 6]
+    mel = model("tdt").features(mel)
+    whole = sub._cpu_block(mel)
+    monkeypatch.setattr(fastconformer, "SUBSAMPLING_BLOCK", block)
+    blocked = sub._cpu(mel)
+    assert blocked.shape == whole.shape and len(whole) > 3 * block + 4 or block == 128
+    assert np.abs(blocked - whole).max() <= 1e-6 * max(1.0, float(np.abs(whole).max()))

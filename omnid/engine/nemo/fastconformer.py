@@ -73,14 +73,36 @@ class Subsampling(nn.Module):
         return self.linear(x.transpose(0, 1, 3, 2).reshape(b, t, c * f))
 
     def _cpu(self, mel: np.ndarray) -> np.ndarray:
-        """The same in numpy on the pool's threads: the first convolution writes its ReLU straight into the first
-        depthwise one's padded input, and the largest activation (2x fewer frames, 64 x 256 features a frame) is
-        never copied into or out of MLX."""
+        """The same in numpy on the pool's threads, over blocks of output frames: the first activation holds 64 x
+        256 features for every other mel frame (200 MB for a minute of audio), so a long input is taken
+        SUBSAMPLING_BLOCK output frames at a time, each block with SUBSAMPLING_HALO frames of real context on both
+        sides (the zero padding of a block's edges reaches only its outermost output frame), and its edges dropped.
+        The mel frames of a block start on a multiple of 8, so that its striding grid is the whole input's."""
+        frames = -(-len(mel) // 8)
+        if frames <= SUBSAMPLING_BLOCK + 2 * SUBSAMPLING_HALO:
+            return self._cpu_block(mel)
+        out = np.empty((frames, self.linear.weight.shape[0]), np.float32)
+        for first in range(0, frames, SUBSAMPLING_BLOCK):
+            last = min(first + SUBSAMPLING_BLOCK, frames)
+            start = max(0, first - SUBSAMPLING_HALO)
+            block = self._cpu_block(mel[8 * start : 8 * (last + SUBSAMPLING_HALO)])
+            out[first:last] = block[first - start : last - start]
+        return out
+
+    def _cpu_block(self, mel: np.ndarray) -> np.ndarray:
+        """The first convolution writes its ReLU straight into the first depthwise one's padded input, and the
+        largest activation is never copied into or out of MLX."""
         x = conv2d_stride2_relu(mel, *_conv(self.layers_0))
         x = linear(depthwise_conv2d_stride2_padded(x, *_conv(self.layers_2)), self.layers_3, relu=True)
         x = linear(depthwise_conv2d_stride2(x, *_conv(self.layers_5)), self.layers_6, relu=True)
         t, f, c = x.shape
         return linear(x.transpose(0, 2, 1).reshape(t, c * f), self.linear)
+
+
+# Output frames a block of the CPU subsampling computes (1024 mel frames: a 34 MB first activation), and the frames of
+# context on each side of it.
+SUBSAMPLING_BLOCK = 128
+SUBSAMPLING_HALO = 2
 
 
 def _conv(conv: nn.Conv2d) -> tuple[np.ndarray, np.ndarray]:
