@@ -7,7 +7,7 @@ The checkpoint is random with parakeet-tdt-0.6b-v3's shapes (627 M parameters: 2
 temporary folder (deleted at the end unless --keep DIR, which is reused when it holds one); omnid and parakeet-mlx
 read it converted to the mlx-community layout (omnid.engine.parakeet.convert, float32), NeMo the .nemo itself.
 
-The audio is real English speech: corpus clips (audio/en/*.wav, sorted) concatenated up to each --seconds length.
+The audio is real English speech: corpus clips (audio/en/*, sorted) concatenated up to each --seconds length.
 Each system runs as a user runs it, in float32 on this machine's CPU, in a fresh subprocess per run (its load time
 and peak RSS, ru_maxrss, are its own): load; an untimed warm-up on the first second of the audio; then, timed, one
 transcription of the whole audio from samples in memory (NeMo: from the file, as its transcribe() takes it):
@@ -62,7 +62,7 @@ def corpus_audio(seconds: float):
     from omnid.audio import SAMPLE_RATE, decode_audio
 
     want, parts, have = int(seconds * SAMPLE_RATE), [], 0
-    for path in sorted((CORPUS / "audio" / "en").glob("*.wav")):
+    for path in sorted((CORPUS / "audio" / "en").glob("*.*")):
         parts.append(decode_audio(path))
         have += len(parts[-1])
         if have >= want:
