@@ -27,62 +27,11 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "corpus"
-DURATIONS = [0, 1, 2, 3, 4]
+sys.path.insert(0, str(ROOT / "scripts"))
+from parakeet_goldens import CORPUS, V3, config, tokenizer  # noqa: E402  (the goldens' NeMo config, at v3's sizes)
+
 VOCABULARY = 8192
 EMIT_FRACTION = 0.35
-
-
-def tokenizer(folder: Path) -> Path:
-    import sentencepiece as spm
-
-    manifest = [json.loads(line) for line in (CORPUS / "manifest.jsonl").read_text().splitlines() if line.strip()]
-    (folder / "corpus.txt").write_text("\n".join(m["text"] for m in manifest if m.get("language") == "en" and m.get("text"))
-                                      + "\n")
-    made_up = [f"\u2581w{i:04d}" for i in range(7800)]
-    spm.SentencePieceTrainer.train(input=str(folder / "corpus.txt"), model_prefix=str(folder / "tokenizer"),
-                                   vocab_size=VOCABULARY, model_type="bpe", character_coverage=1.0, bos_id=-1,
-                                   eos_id=-1, unk_id=0, user_defined_symbols=made_up, hard_vocab_limit=True)
-    sp = spm.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
-    assert sp.get_piece_size() == VOCABULARY, sp.get_piece_size()
-    (folder / "vocab.txt").write_text("\n".join(sp.id_to_piece(i) for i in range(VOCABULARY)) + "\n")
-    return folder
-
-
-def config(tokdir: Path) -> dict:
-    encoder = {
-        "_target_": "nemo.collections.asr.modules.ConformerEncoder", "feat_in": 128, "feat_out": -1, "n_layers": 24,
-        "d_model": 1024, "use_bias": False, "subsampling": "dw_striding", "subsampling_factor": 8,
-        "subsampling_conv_channels": 256, "causal_downsampling": False, "ff_expansion_factor": 4,
-        "self_attention_model": "rel_pos", "n_heads": 8, "att_context_size": [-1, -1], "att_context_style": "regular",
-        "xscaling": False, "untie_biases": True, "pos_emb_max_len": 5000, "conv_kernel_size": 9,
-        "conv_norm_type": "batch_norm", "conv_context_size": None, "dropout": 0.1, "dropout_pre_encoder": 0.1,
-        "dropout_emb": 0.0, "dropout_att": 0.1,
-    }
-    return {
-        "sample_rate": 16000,
-        "tokenizer": {"dir": str(tokdir), "type": "bpe"},
-        "model_defaults": {"enc_hidden": 1024, "pred_hidden": 640, "joint_hidden": 640, "tdt_durations": DURATIONS,
-                           "num_tdt_durations": len(DURATIONS)},
-        "preprocessor": {
-            "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor", "sample_rate": 16000,
-            "normalize": "per_feature", "window_size": 0.025, "window_stride": 0.01, "window": "hann",
-            "features": 128, "n_fft": 512, "log": True, "frame_splicing": 1, "dither": 1e-5, "pad_to": 0,
-            "pad_value": 0.0,
-        },
-        "encoder": encoder,
-        "decoder": {"_target_": "nemo.collections.asr.modules.RNNTDecoder", "normalization_mode": None,
-                    "random_state_sampling": False, "blank_as_pad": True,
-                    "prednet": {"pred_hidden": 640, "pred_rnn_layers": 2, "t_max": None, "dropout": 0.2}},
-        "joint": {"_target_": "nemo.collections.asr.modules.RNNTJoint", "log_softmax": None, "preserve_memory": False,
-                  "fuse_loss_wer": True, "fused_batch_size": 4, "num_extra_outputs": len(DURATIONS),
-                  "jointnet": {"joint_hidden": 640, "activation": "relu", "dropout": 0.2, "encoder_hidden": 1024,
-                               "pred_hidden": 640}},
-        "decoding": {"strategy": "greedy_batch", "model_type": "tdt", "durations": DURATIONS,
-                     "greedy": {"max_symbols": 10}},
-        "loss": {"loss_name": "tdt", "tdt_kwargs": {"fastemit_lambda": 0.0, "clamp": -1.0, "durations": DURATIONS,
-                                                    "sigma": 0.02, "omega": 0.1}},
-    }
 
 
 def speech(seconds: float) -> np.ndarray:
@@ -104,7 +53,8 @@ def build(out: Path, seed: int) -> None:
     from omegaconf import OmegaConf, open_dict
 
     with tempfile.TemporaryDirectory() as tmp:
-        model = EncDecRNNTBPEModel(cfg=OmegaConf.create(config(tokenizer(Path(tmp))))).eval()
+        tokens = tokenizer(Path(tmp), VOCABULARY, made_up=7800)
+        model = EncDecRNNTBPEModel(cfg=OmegaConf.create(config(tokens, "tdt", V3))).eval()
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for name, p in model.named_parameters():

@@ -30,6 +30,7 @@ import hashlib
 import json
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -99,36 +100,54 @@ def chunked_clip(long: np.ndarray) -> np.ndarray:
     return np.concatenate([long, quiet])
 
 
-def tokenizer(folder: Path) -> Path:
+def tokenizer(folder: Path, vocab_size: int = 64, made_up: int = 0) -> Path:
+    """A SentencePiece BPE trained on the corpus's English transcripts (``made_up`` user-defined pieces first, for a
+    vocabulary larger than the transcripts give), with the vocab.txt NeMo's tokenizer folder wants."""
     import sentencepiece as spm
 
     manifest = [json.loads(line) for line in (CORPUS / "manifest.jsonl").read_text().splitlines() if line.strip()]
     lines = [m["text"] for m in manifest if m.get("language") == "en" and m.get("text")]
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     text = folder / "corpus.txt"
     text.write_text("\n".join(lines) + "\n")
-    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / "tokenizer"), vocab_size=64,
-                                   model_type="bpe", character_coverage=1.0, bos_id=-1, eos_id=-1, unk_id=0)
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / "tokenizer"), vocab_size=vocab_size,
+                                   model_type="bpe", character_coverage=1.0, bos_id=-1, eos_id=-1, unk_id=0,
+                                   user_defined_symbols=[f"\u2581w{i:04d}" for i in range(made_up)])
     sp = spm.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
+    assert sp.get_piece_size() == vocab_size, sp.get_piece_size()
     (folder / "vocab.txt").write_text("\n".join(sp.id_to_piece(i) for i in range(sp.get_piece_size())) + "\n")
     return folder
 
 
-def config(tokdir: Path, kind: str) -> dict:
+@dataclass(frozen=True)
+class Sizes:
+    layers: int = 2
+    d_model: int = 64
+    heads: int = 4
+    subsampling_channels: int = 16
+    pred: int = 32  # the prediction network's width, and the joint's
+
+
+V3 = Sizes(layers=24, d_model=1024, heads=8, subsampling_channels=256, pred=640)  # parakeet-tdt-0.6b-v3's
+
+
+def config(tokdir: Path, kind: str, sizes: Sizes = Sizes()) -> dict:
     encoder = {
-        "_target_": "nemo.collections.asr.modules.ConformerEncoder", "feat_in": 128, "feat_out": -1, "n_layers": 2,
-        "d_model": 64, "use_bias": False, "subsampling": "dw_striding", "subsampling_factor": 8,
-        "subsampling_conv_channels": 16, "causal_downsampling": False, "ff_expansion_factor": 4,
-        "self_attention_model": "rel_pos", "n_heads": 4, "att_context_size": [-1, -1], "att_context_style": "regular",
+        "_target_": "nemo.collections.asr.modules.ConformerEncoder", "feat_in": 128, "feat_out": -1,
+        "n_layers": sizes.layers, "d_model": sizes.d_model, "use_bias": False, "subsampling": "dw_striding",
+        "subsampling_factor": 8, "subsampling_conv_channels": sizes.subsampling_channels, "causal_downsampling": False,
+        "ff_expansion_factor": 4, "self_attention_model": "rel_pos", "n_heads": sizes.heads,
+        "att_context_size": [-1, -1], "att_context_style": "regular",
         "xscaling": False, "untie_biases": True, "pos_emb_max_len": 5000, "conv_kernel_size": 9,
         "conv_norm_type": "batch_norm", "conv_context_size": None, "dropout": 0.1, "dropout_pre_encoder": 0.1,
         "dropout_emb": 0.0, "dropout_att": 0.1,
     }
+    d, p = sizes.d_model, sizes.pred
     tdt = kind in ("tdt", "hybrid")
     cfg = {
         "sample_rate": 16000,
         "tokenizer": {"dir": str(tokdir), "type": "bpe"},
-        "model_defaults": {"enc_hidden": 64, "pred_hidden": 32, "joint_hidden": 32},
+        "model_defaults": {"enc_hidden": d, "pred_hidden": p, "joint_hidden": p},
         "preprocessor": {
             "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor", "sample_rate": 16000,
             "normalize": "per_feature", "window_size": 0.025, "window_stride": 0.01, "window": "hann",
@@ -138,11 +157,11 @@ def config(tokdir: Path, kind: str) -> dict:
         "encoder": encoder,
         "decoder": {"_target_": "nemo.collections.asr.modules.RNNTDecoder", "normalization_mode": None,
                     "random_state_sampling": False, "blank_as_pad": True,
-                    "prednet": {"pred_hidden": 32, "pred_rnn_layers": 2, "t_max": None, "dropout": 0.2}},
+                    "prednet": {"pred_hidden": p, "pred_rnn_layers": 2, "t_max": None, "dropout": 0.2}},
         "joint": {"_target_": "nemo.collections.asr.modules.RNNTJoint", "log_softmax": None, "preserve_memory": False,
                   "fuse_loss_wer": True, "fused_batch_size": 4, "num_extra_outputs": len(DURATIONS) if tdt else 0,
-                  "jointnet": {"joint_hidden": 32, "activation": "relu", "dropout": 0.2, "encoder_hidden": 64,
-                               "pred_hidden": 32}},
+                  "jointnet": {"joint_hidden": p, "activation": "relu", "dropout": 0.2, "encoder_hidden": d,
+                               "pred_hidden": p}},
         "decoding": {"strategy": "greedy_batch", "model_type": "tdt" if tdt else "rnnt", "greedy": {"max_symbols": 10},
                      **({"durations": DURATIONS} if tdt else {})},
         "loss": ({"loss_name": "tdt", "tdt_kwargs": {"fastemit_lambda": 0.0, "clamp": -1.0, "durations": DURATIONS,
@@ -153,7 +172,7 @@ def config(tokdir: Path, kind: str) -> dict:
         cfg["model_defaults"] |= {"tdt_durations": DURATIONS, "num_tdt_durations": len(DURATIONS)}
     if kind == "hybrid":
         cfg["aux_ctc"] = {"ctc_loss_weight": 0.3, "use_cer": False, "ctc_reduction": "mean_batch",
-                          "decoder": {"_target_": "nemo.collections.asr.modules.ConvASRDecoder", "feat_in": 64,
+                          "decoder": {"_target_": "nemo.collections.asr.modules.ConvASRDecoder", "feat_in": d,
                                       "num_classes": -1, "vocabulary": []},
                           "decoding": {"strategy": "greedy_batch"}}
     return cfg

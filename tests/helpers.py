@@ -203,6 +203,13 @@ async def voxt_manual_turn(ws_url: str, model: str, audio: np.ndarray, language:
         return await reader
 
 
+def voxt_segments(events: list[dict]) -> tuple[list[dict], list[dict]]:
+    """A Voxt turn's transcription.segment events as (previews, finals), after checking that none was an error."""
+    assert not [e for e in events if e["type"] == "error"], events
+    segments = [e for e in events if e["type"] == "transcription.segment"]
+    return [e for e in segments if not e["is_final"]], [e for e in segments if e["is_final"]]
+
+
 async def post_transcription(url: str, wav: bytes, **fields: str) -> tuple[int, dict]:
     """POST /v1/audio/transcriptions with these form fields and the WAV as its file: the status and the JSON body."""
     form = aiohttp.FormData()

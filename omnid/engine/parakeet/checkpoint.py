@@ -166,6 +166,15 @@ def check_vocabulary(vocabulary: Vocabulary, dims: Dims, source: str) -> None:
         raise CheckpointError(f"{source} has {len(vocabulary)} pieces; the joint's vocabulary has {dims.vocabulary}")
 
 
+def package_tensor(name: str, t: np.ndarray) -> tuple[str, np.ndarray]:
+    """A tensor under NeMo's name and in PyTorch's layout -> this package's name and MLX's layout."""
+    if name.startswith("encoder."):
+        name = "encoder." + encoder_name(name.removeprefix("encoder."))
+    elif name.startswith("ctc_decoder.") and t.ndim == 3:
+        t = t[..., 0]  # the 1x1 convolution as a linear map
+    return name, mlx_layout(name, t)
+
+
 def _load_nemo(path: Path) -> Checkpoint:
     nemo, dims, front, vocabulary = read_nemo(path)
     weights: dict[str, Any] = {}
@@ -177,11 +186,8 @@ def _load_nemo(path: Path) -> Checkpoint:
         if name.startswith("preprocessor."):
             buffers[name] = t
             continue
-        if name.startswith("encoder."):
-            name = "encoder." + encoder_name(name.removeprefix("encoder."))
-        elif name.startswith("ctc_decoder.") and t.ndim == 3:
-            t = t[..., 0]  # the 1x1 convolution as a linear map
-        weights[name] = mlx_layout(name, t.astype(np.float32, copy=False))
+        name, array = package_tensor(name, t.astype(np.float32, copy=False))
+        weights[name] = array
     check_buffers(buffers, front, path)
     check_shapes(weights, expected_shapes(dims), path)
     return Checkpoint(path, "nemo", front, dims, vocabulary, weights, [path])

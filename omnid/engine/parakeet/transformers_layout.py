@@ -20,7 +20,7 @@ import numpy as np
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
-from omnid.engine.nemo.fastconformer import ConformerDims, encoder_name, mlx_layout
+from omnid.engine.nemo.fastconformer import ConformerDims
 from omnid.engine.nemo.features import FrontEnd
 from omnid.engine.nemo.tokenizer import Vocabulary
 from omnid.engine.parakeet.checkpoint import (
@@ -29,6 +29,7 @@ from omnid.engine.parakeet.checkpoint import (
     Dims,
     check_vocabulary,
     expected_shapes,
+    package_tensor,
     transformers_architecture,
 )
 from omnid.engine.tensor_file import check_shapes, read_tensors
@@ -78,15 +79,9 @@ def load(folder: Path) -> Checkpoint:
             t = tensors.pop(name)
             if name.endswith("num_batches_tracked"):
                 continue
-            array = np.array(t.astype(mx.float32))
-            name = nemo_name(name)
+            name, array = package_tensor(nemo_name(name), np.array(t.astype(mx.float32)))
             if name in weights:
                 raise CheckpointError(f"{path}: tensor {name} is in more than one weights file")
-            if name.startswith("encoder."):
-                name = "encoder." + encoder_name(name.removeprefix("encoder."))
-                array = mlx_layout(name, array)
-            elif name.startswith("ctc_decoder.") and array.ndim == 3:
-                array = array[..., 0]  # the 1x1 convolution as a linear map
             weights[name] = array
     check_shapes(weights, expected_shapes(dims), folder / files[0].name if len(files) == 1 else folder)
     return Checkpoint(folder, "transformers", front, dims, vocabulary, weights,
@@ -150,15 +145,11 @@ def _dims(config: dict, architecture: str | None, source: Path) -> Dims:
 
 def _front(folder: Path, n_mels: int) -> FrontEnd:
     """The feature extractor's values (transformers' defaults where a value or the file is absent)."""
-    values: dict = {}
-    for name in ("processor_config.json", "preprocessor_config.json"):
-        path = folder / name
-        if path.is_file():
-            data = read_json_object(path)
-            values = data.get("feature_extractor", data) if isinstance(data.get("feature_extractor"), dict) else data
-            break
-    else:
-        path = folder / "processor_config.json"
+    path = next((p for p in (folder / "processor_config.json", folder / "preprocessor_config.json") if p.is_file()),
+                folder / "processor_config.json")
+    data = read_json_object(path) if path.is_file() else {}
+    nested = data.get("feature_extractor")  # a processor's file nests it; a feature extractor's own file is it
+    values = nested if isinstance(nested, dict) else data
     front = FrontEnd(sample_rate=values.get("sampling_rate", 16000), n_mels=values.get("feature_size", n_mels),
                      n_fft=values.get("n_fft", 512), win_length=values.get("win_length", 400),
                      hop_length=values.get("hop_length", 160), preemph=float(values.get("preemphasis", 0.97)),
