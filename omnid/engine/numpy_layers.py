@@ -59,8 +59,8 @@ class Norm:
 
 # Rows per block: each block reads the layer's weights again, so fewer, larger blocks read less. A 128 x 512 by
 # 512 x 2048 product already runs near the BLAS's full single-thread speed (64-row blocks were 15% slower, 32-row
-# ones 50%), but at Parakeet's width (1024, FF 4096: 100 MB of weights a layer) 60 s of audio (750 rows, one block
-# per thread) went through the 24 layers in 4.3 s against 5.0 s with 128-row blocks.
+# ones 50%), but at Parakeet's width (1024, FF 4096: 100 MB of weights a layer) a minute of audio (750 rows) is
+# then one block per thread instead of three (bench/parakeet_speed.py measures the whole).
 ROWS = 512
 
 
