@@ -127,7 +127,8 @@ def test_glu_depthwise_silu_is_the_mlx_chain(frames: int) -> None:
 @pytest.mark.parametrize("frames", [8, 9, 40])
 def test_depthwise_convolutions_are_mlxs_grouped_ones(frames: int) -> None:
     """The CPU's shifted multiply-adds give what MLX's grouped convolutions give (odd and even lengths, the
-    ceil of a stride-2 output included), to float32 rounding."""
+    ceil of a stride-2 output included; the stride-2 one with its pointwise convolution and ReLU), to float32
+    rounding."""
     import mlx.nn as nn
 
     mx.random.seed(10)
@@ -136,12 +137,16 @@ def test_depthwise_convolutions_are_mlxs_grouped_ones(frames: int) -> None:
     got = cpu_math.depthwise_conv1d(x, conv1.weight, conv1.bias)
     assert got.shape == (1, frames, 6)
     assert np.abs(np.array(got) - np.array(conv1(x))).max() <= 1e-5
-    conv2 = nn.Conv2d(5, 5, 3, stride=2, padding=1, groups=5)
+    conv2, pointwise = nn.Conv2d(5, 5, 3, stride=2, padding=1, groups=5), nn.Conv2d(5, 3, 1)
     y = mx.random.normal((1, frames, 7, 5))
-    want = np.array(conv2(y))[0]
-    got2 = cpu_math.depthwise_conv2d_stride2(np.array(y)[0], np.array(conv2.weight), np.array(conv2.bias))
-    assert got2.shape == want.shape == ((frames + 1) // 2, 4, 5)
+    want = np.array(nn.relu(pointwise(conv2(y))))[0]
+    depthwise = (np.array(conv2.weight), np.array(conv2.bias))
+    pointwise_np = (np.array(pointwise.weight).reshape(3, 5).T, np.array(pointwise.bias))
+    got2 = cpu_math.separable_conv2d_stride2_relu(np.array(y)[0], depthwise, pointwise_np)
+    assert got2.shape == want.shape == ((frames + 1) // 2, 4, 3)
     assert np.abs(got2 - want).max() <= 1e-5
+    bordered = np.pad(np.array(y)[0], ((1, 1), (1, 1), (0, 0)))  # the same input given with its zero border
+    assert np.array_equal(cpu_math.separable_conv2d_stride2_relu(bordered, depthwise, pointwise_np, padded=True), got2)
 
 
 @pytest.mark.parametrize("rows", [1, 40])

@@ -373,42 +373,56 @@ def depthwise_conv1d(x: mx.array, weight: mx.array, bias: mx.array | None) -> mx
     return out
 
 
-def depthwise_conv2d_stride2(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """A 3x3 depthwise convolution with stride 2 and padding 1, in numpy: x (T, F, C), weight (C, 3, 3, 1) as MLX
-    stores a grouped Conv2d's -> (ceil(T/2), ceil(F/2), C). Nine strided multiply-adds whose inner loops run over
-    contiguous channels; MLX's CPU grouped convolution took 137 ms for a Sortformer chunk's first one
-    (1524 x 64 x 256), this 92 ms (one thread; the threads share its output rows)."""
-    t, f, c = x.shape
-    padded = np.zeros((t + 2, f + 2, c), np.float32)
-    padded[1:-1, 1:-1] = x
-    return depthwise_conv2d_stride2_padded(padded, weight, bias)
-
-
-def depthwise_conv2d_stride2_padded(padded: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """depthwise_conv2d_stride2 of an input given with its zero border: (T + 2, F + 2, C)."""
-    t, f, c = padded.shape[0] - 2, padded.shape[1] - 2, padded.shape[2]
+def separable_conv2d_stride2_relu(x: np.ndarray, depthwise: tuple[np.ndarray, np.ndarray],
+                                  pointwise: tuple[np.ndarray, np.ndarray], padded: bool = False) -> np.ndarray:
+    """ReLU of a 3x3 depthwise convolution with stride 2 and padding 1 followed by a 1x1 one, in numpy: x (T, F, C),
+    or (T + 2, F + 2, C) with its zero border when ``padded``; depthwise (weight (C, 3, 3, 1) as MLX stores a
+    grouped Conv2d's, bias (C,)); pointwise (weight (C, C') read as it is, a transposed view of MLX's, bias (C,))
+    -> (ceil(T/2), ceil(F/2), C'). Each thread takes a share of the output rows, SEPARABLE_ROWS at a time: their
+    nine strided multiply-adds over contiguous channels, then the product, bias and ReLU while the rows are in
+    cache (the depthwise output of all rows written, then read back for the product, took half again as long)."""
+    if not padded:
+        t, f, c = x.shape
+        x, inner = np.zeros((t + 2, f + 2, c), np.float32), x
+        x[1:-1, 1:-1] = inner
+    t, f, c = x.shape[0] - 2, x.shape[1] - 2, x.shape[2]
     t_out, f_out = (t + 1) // 2, (f + 1) // 2
-    out = np.empty((t_out, f_out, c), np.float32)
+    weight, bias = depthwise
+    pw_weight, pw_bias = pointwise
+    taps = [np.ascontiguousarray(weight[:, i, j, 0]) for i in range(3) for j in range(3)]
+    out = np.empty((t_out, f_out, pw_weight.shape[1]), np.float32)
 
     def part(start: int, stop: int) -> None:
-        rows = out[start:stop]
-        rows[:] = bias
-        tap = np.empty_like(rows)
-        for i in range(3):
-            for j in range(3):
-                np.multiply(padded[2 * start + i : 2 * stop + i : 2, j : j + 2 * f_out : 2], weight[:, i, j, 0], out=tap)
-                rows += tap
+        acc = np.empty((SEPARABLE_ROWS, f_out, c), np.float32)
+        tap = np.empty_like(acc)
+        for first in range(start, stop, SEPARABLE_ROWS):
+            last = min(first + SEPARABLE_ROWS, stop)
+            rows, term = acc[: last - first], tap[: last - first]
+            rows[:] = bias
+            for i in range(3):
+                for j in range(3):
+                    np.multiply(x[2 * first + i : 2 * last + i : 2, j : j + 2 * f_out : 2], taps[3 * i + j], out=term)
+                    rows += term
+            result = out[first:last].reshape(-1, pw_weight.shape[1])
+            np.matmul(rows.reshape(-1, c), pw_weight, out=result)
+            result += pw_bias
+            np.maximum(result, 0.0, out=result)
 
     by_rows(part, t_out)
     return out
 
 
+# Output rows per step of separable_conv2d_stride2_relu: 8 x 32 x 256 floats (a Parakeet or Sortformer block's
+# first one, 256 KB) per buffer stay in a core's cache (4 and 16 rows were slower).
+SEPARABLE_ROWS = 8
+
+
 def conv2d_stride2_relu(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """ReLU of a 3x3 convolution with stride 2 and padding 1 from one input channel to C, in numpy: x (T, F),
     weight (C, 3, 3, 1) as MLX stores a Conv2d's -> (ceil(T/2) + 2, ceil(F/2) + 2, C): the result with a zero
-    border, ready for depthwise_conv2d_stride2_padded. Each thread takes a share of the output rows, a few at a
-    time: their nine taps as a (rows x F/2, 9) matrix times the (9, C) weights, then the bias and the ReLU while the
-    result is still in cache (MLX's convolution and ReLU wrote and re-read 100 MB for a Sortformer chunk's
+    border, ready for separable_conv2d_stride2_relu(padded=True). Each thread takes a share of the output rows, a
+    few at a time: their nine taps as a (rows x F/2, 9) matrix times the (9, C) weights, then the bias and the ReLU
+    while the result is still in cache (MLX's convolution and ReLU wrote and re-read 100 MB for a Sortformer chunk's
     3040 x 128 log-mel, and padding it for the next convolution copied it again)."""
     t, f = x.shape
     c = weight.shape[0]
@@ -488,10 +502,12 @@ def glu_depthwise_silu(y: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> n
     sigmoid of the second), a 'same'-padded depthwise convolution over time with weight (C, K), K odd, and bias (C,)
     (a following batch norm folded in by the caller), then SiLU -> (T, C). Each thread takes a share of the rows and
     recomputes the GLU of the K-1 rows around it, so the whole chain runs in cache (in MLX it was five passes over
-    the activation on one core)."""
+    the activation on one core); the convolution and SiLU go GLU_ROWS rows at a time (a share's K multiply-adds
+    over all its rows at once ran out of a core's cache at Parakeet's width)."""
     t, c = y.shape[0], y.shape[1] // 2
     k = weight.shape[1]
     half = (k - 1) // 2
+    taps = [np.ascontiguousarray(weight[:, i]) for i in range(k)]
     out = np.empty((t, c), np.float32)
 
     def part(start: int, stop: int) -> None:
@@ -499,16 +515,23 @@ def glu_depthwise_silu(y: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> n
         glu = np.zeros((stop - start + 2 * half, c), np.float32)  # rows start-half ... stop+half-1, zero outside
         gate = _one_plus_exp_neg(y[lo:hi, c:])
         np.divide(y[lo:hi, :c], gate, out=glu[lo - start + half : hi - start + half])
-        rows = out[start:stop]
-        rows[:] = bias
-        tap = np.empty_like(rows)
-        for i in range(k):
-            np.multiply(glu[i : i + stop - start], weight[:, i], out=tap)
-            rows += tap
-        np.divide(rows, _one_plus_exp_neg(rows), out=rows)
+        tap, denominator = np.empty((GLU_ROWS, c), np.float32), np.empty((GLU_ROWS, c), np.float32)
+        for first in range(start, stop, GLU_ROWS):
+            n = min(first + GLU_ROWS, stop) - first
+            rows, term, at = out[first : first + n], tap[:n], first - start
+            rows[:] = bias
+            for i in range(k):
+                np.multiply(glu[at + i : at + i + n], taps[i], out=term)
+                rows += term
+            np.divide(rows, _one_plus_exp_neg(rows, denominator[:n]), out=rows)
 
     by_rows(part, t)
     return out
+
+
+# Rows per step of glu_depthwise_silu's convolution: 64 x 1024 floats (256 KB) per buffer stay in a core's cache
+# (16 and 32 rows were slower: more numpy calls).
+GLU_ROWS = 64
 
 
 # Per thread, the last few scratch buffers of sigmoid, by shape. A fresh multi-MB numpy temporary per call

@@ -20,14 +20,13 @@ import numpy as np
 from omnid.engine.cpu_math import (
     conv2d_stride2_relu,
     depthwise_conv1d,
-    depthwise_conv2d_stride2,
-    depthwise_conv2d_stride2_padded,
     relative_attention,
+    separable_conv2d_stride2_relu,
     sigmoid,
     silu,
     silu_of_fresh,
 )
-from omnid.engine.nemo.cpu_fastconformer import CpuConformerLayer, linear
+from omnid.engine.nemo.cpu_fastconformer import CpuConformerLayer, linear, relative_sinusoids
 from omnid.engine.numpy_layers import through_layers
 
 
@@ -93,8 +92,8 @@ class Subsampling(nn.Module):
         """The first convolution writes its ReLU straight into the first depthwise one's padded input, and the
         largest activation is never copied into or out of MLX."""
         x = conv2d_stride2_relu(mel, *_conv(self.layers_0))
-        x = linear(depthwise_conv2d_stride2_padded(x, *_conv(self.layers_2)), self.layers_3, relu=True)
-        x = linear(depthwise_conv2d_stride2(x, *_conv(self.layers_5)), self.layers_6, relu=True)
+        x = separable_conv2d_stride2_relu(x, _conv(self.layers_2), _pointwise(self.layers_3), padded=True)
+        x = separable_conv2d_stride2_relu(x, _conv(self.layers_5), _pointwise(self.layers_6))
         t, f, c = x.shape
         return linear(x.transpose(0, 2, 1).reshape(t, c * f), self.linear)
 
@@ -107,6 +106,12 @@ SUBSAMPLING_HALO = 2
 
 def _conv(conv: nn.Conv2d) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(conv.weight, dtype=np.float32), np.asarray(conv.bias, dtype=np.float32)
+
+
+def _pointwise(conv: nn.Conv2d) -> tuple[np.ndarray, np.ndarray]:
+    """A 1x1 convolution's (C_in, C_out) weight (a transposed view) and bias."""
+    weight = np.asarray(conv.weight, dtype=np.float32)
+    return weight.reshape(len(weight), -1).T, np.asarray(conv.bias, dtype=np.float32)
 
 
 def on_cpu(x: mx.array) -> bool:
@@ -221,7 +226,7 @@ class FastConformer(nn.Module):
         pos = relative_positions(x.shape[1], self.d.d_model)
         if on_cpu(x):
             mx.eval(pos)
-            return through_layers(x[0], self._cpu_layers, np.asarray(pos))[None]
+            return through_layers(x[0], self._cpu_layers, *relative_sinusoids(np.asarray(pos)))[None]
         for layer in self.layers:
             x = layer(x, pos)
             mx.eval(x)  # one layer's graph at a time: bounded temporaries
