@@ -184,17 +184,8 @@ def build(tokdir: Path, kind: str, blank_bias: float, scale: float, word_bias: f
 
     cls = EncDecHybridRNNTCTCBPEModel if kind == "hybrid" else EncDecRNNTBPEModel
     model = cls(cfg=OmegaConf.create(config(tokdir, kind))).eval()
-    g = torch.Generator().manual_seed(SEED)
+    randomize(model)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            fan_in = max(1, p.shape[-1]) if p.ndim > 1 else 1
-            p.copy_(torch.randn(p.shape, generator=g) * (1.0 / fan_in**0.5 if p.ndim > 1 else 0.1)
-                    + (1.0 if name.endswith("norm_out.weight") or "norm" in name and name.endswith("weight") else 0.0))
-        for name, b in model.named_buffers():
-            if name.endswith("running_var"):
-                b.copy_(torch.rand(b.shape, generator=g) + 0.5)
-            if name.endswith("running_mean"):
-                b.copy_(torch.randn(b.shape, generator=g) * 0.1)
         sp = model.tokenizer.tokenizer  # the SentencePieceProcessor
         pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
         vocab = len(pieces)  # the blank's id; TDT's duration outputs follow it
@@ -218,6 +209,22 @@ def build(tokdir: Path, kind: str, blank_bias: float, scale: float, word_bias: f
     with open_dict(model.cfg):
         model.cfg.validation_ds = {"use_start_end_token": False}
     return model
+
+
+def randomize(model) -> None:
+    """Every parameter random (weights scaled by their fan-in, norms' weights around 1) and every batch-norm
+    statistic too, from SEED."""
+    g = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            fan_in = max(1, p.shape[-1]) if p.ndim > 1 else 1
+            p.copy_(torch.randn(p.shape, generator=g) * (1.0 / fan_in**0.5 if p.ndim > 1 else 0.1)
+                    + (1.0 if name.endswith("norm_out.weight") or "norm" in name and name.endswith("weight") else 0.0))
+        for name, b in model.named_buffers():
+            if name.endswith("running_var"):
+                b.copy_(torch.rand(b.shape, generator=g) + 0.5)
+            if name.endswith("running_mean"):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.1)
 
 
 def weights_hash(model) -> str:
