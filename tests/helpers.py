@@ -15,6 +15,8 @@ import tarfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import aiohttp
@@ -219,3 +221,23 @@ async def post_transcription(url: str, wav: bytes, **fields: str) -> tuple[int, 
     async with aiohttp.ClientSession() as http, http.post(url + "/v1/audio/transcriptions", data=form) as resp:
         return resp.status, await resp.json()
 
+
+
+def nemo_goldens(folder: Path) -> tuple[Callable[[], dict], Callable[[], dict[str, np.ndarray]], Callable[[str], np.ndarray]]:
+    """A NeMo kind's goldens (scripts/parakeet_goldens.py, nemotron_goldens.py), each read once: goldens.json,
+    goldens.npz's arrays, and a clip's audio (the English corpus files the json names for it, joined)."""
+
+    @cache
+    def meta() -> dict:
+        return json.loads((folder / "goldens.json").read_text())
+
+    @cache
+    def arrays() -> dict[str, np.ndarray]:
+        with np.load(folder / "goldens.npz") as npz:
+            return {k: npz[k] for k in npz.files}
+
+    @cache
+    def audio(clip: str) -> np.ndarray:
+        return np.concatenate([decode_audio(CORPUS / "audio" / "en" / f) for f in meta()["clips"][clip]])
+
+    return meta, arrays, audio

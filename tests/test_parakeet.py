@@ -18,26 +18,13 @@ from omnid.engine.errors import CheckpointError
 from omnid.engine.nemo import timestamps
 from omnid.engine.parakeet.checkpoint import load
 from omnid.engine.parakeet.model import Parakeet
-from tests.helpers import CORPUS, decode_audio, nemo_with
+from tests.helpers import nemo_goldens, nemo_with
 
 GOLDENS = Path(__file__).parent / "goldens" / "parakeet_tiny"
 KINDS = ("tdt", "rnnt", "hybrid")
 
 
-@cache
-def meta() -> dict:
-    return json.loads((GOLDENS / "goldens.json").read_text())
-
-
-@cache
-def arrays() -> dict[str, np.ndarray]:
-    with np.load(GOLDENS / "goldens.npz") as npz:
-        return {k: npz[k] for k in npz.files}
-
-
-@cache
-def audio(clip: str) -> np.ndarray:
-    return np.concatenate([decode_audio(CORPUS / "audio" / "en" / f) for f in meta()["clips"][clip]])
+meta, arrays, audio = nemo_goldens(GOLDENS)
 
 
 @cache

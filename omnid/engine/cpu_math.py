@@ -161,25 +161,28 @@ def head_attention_np(qs: np.ndarray, ks: np.ndarray, vs: np.ndarray, scale: flo
 
 
 def relative_attention(q: mx.array, bias_u: mx.array, bias_v: mx.array, k: mx.array, p: mx.array, v: mx.array,
-                       scale: float) -> mx.array:
+                       scale: float, mask: mx.array | None = None) -> mx.array:
     """Transformer-XL attention over (B, T, heads, head_dim) arrays, ``p`` (2T-1, heads, head_dim) and the biases
     (heads, head_dim), -> (B, T, heads, head_dim): softmax(((q + u) k^T + shift((q + v) p^T)) * scale) v, where ``p``
     holds the relative positions T-1 ... -(T-1) and shift takes, for query i and key j, the score of relative
     position i - j (Transformer-XL's pad-and-reshape shift, as a strided view: row i of the (T, 2T-1) scores read
     from column T-1-i on). On the CPU each head in numpy, the heads shared among CPU_THREADS threads (see
-    _by_heads), read and written in place in that layout."""
+    _by_heads), read and written in place in that layout. ``mask`` (T, T), where given, is added to the scaled
+    scores: 0 where query i may attend key j, -inf where not (every query attends at least itself)."""
     if mx.default_device() != mx.cpu:
         q_u, q_v = ((q + bias).transpose(0, 2, 1, 3) for bias in (bias_u, bias_v))
         k_t, p_t, v = k.transpose(0, 2, 3, 1), p.transpose(1, 2, 0), v.transpose(0, 2, 1, 3)
-        out = mx.softmax((q_u @ k_t + _shifted(q_v @ p_t)) * scale, axis=-1) @ v
+        scores = (q_u @ k_t + _shifted(q_v @ p_t)) * scale
+        out = mx.softmax(scores if mask is None else scores + mask, axis=-1) @ v
         return out.transpose(0, 2, 1, 3)
     mx.eval(q, bias_u, bias_v, k, p, v)
     qs, us, vs_bias, ks, ps, vs = (np.asarray(a) for a in (q, bias_u, bias_v, k, p, v))
-    return mx.array(relative_attention_np(qs, us, vs_bias, ks, ps, vs, scale))
+    masks = None if mask is None else np.asarray(mask)
+    return mx.array(relative_attention_np(qs, us, vs_bias, ks, ps, vs, scale, masks))
 
 
 def relative_attention_np(qs: np.ndarray, us: np.ndarray, vs_bias: np.ndarray, ks: np.ndarray, ps: np.ndarray,
-                          vs: np.ndarray, scale: float) -> np.ndarray:
+                          vs: np.ndarray, scale: float, mask: np.ndarray | None = None) -> np.ndarray:
     """relative_attention's CPU path on numpy arrays."""
     t = qs.shape[1]
     scale32 = np.float32(scale)
@@ -197,6 +200,8 @@ def relative_attention_np(qs: np.ndarray, us: np.ndarray, vs_bias: np.ndarray, k
                 by_position[:, r - 1 :], (r, t), (by_position.strides[0] - by_position.strides[1], by_position.strides[1]))
             scores = ((q_h + us[h]) * scale32) @ k_t
             scores += shifted
+            if mask is not None:
+                scores += mask[start:end]
             _softmax_times_rows(scores, vs[b, :, h], out[b, start:end, h])
 
     return _by_heads(head, qs.shape)
@@ -357,16 +362,18 @@ def _softmax_times(scores: mx.array, v: mx.array) -> mx.array:
     return part
 
 
-def depthwise_conv1d(x: mx.array, weight: mx.array, bias: mx.array | None) -> mx.array:
-    """A 'same'-padded depthwise convolution over time: x (B, T, C), weight (C, K, 1) as MLX stores a grouped
-    Conv1d's, K odd. On the CPU as K shifted multiply-adds over contiguous rows: MLX's CPU grouped convolution
-    took twice as long (a Sortformer Conformer layer's k=9 over 609 x 512: 4.7 ms against 2.3)."""
+def depthwise_conv1d(x: mx.array, weight: mx.array, bias: mx.array | None, causal: bool = False) -> mx.array:
+    """A 'same'-padded depthwise convolution over time (or a causal one: K-1 zero frames before, none after): x (B,
+    T, C), weight (C, K, 1) as MLX stores a grouped Conv1d's, K odd. On the CPU as K shifted multiply-adds over
+    contiguous rows: MLX's CPU grouped convolution took twice as long (a Sortformer Conformer layer's k=9 over
+    609 x 512: 4.7 ms against 2.3)."""
     k = weight.shape[1]
+    before, after = (k - 1, 0) if causal else ((k - 1) // 2, (k - 1) // 2)
+    padded = mx.pad(x, [(0, 0), (before, after), (0, 0)])
     if mx.default_device() != mx.cpu:
-        out = mx.conv1d(x, weight, padding=(k - 1) // 2, groups=x.shape[-1])
+        out = mx.conv1d(padded, weight, groups=x.shape[-1])
         return out if bias is None else out + bias
     t = x.shape[1]
-    padded = mx.pad(x, [(0, 0), ((k - 1) // 2, (k - 1) // 2), (0, 0)])
     out = mx.zeros((x.shape[-1],), x.dtype) if bias is None else bias
     for i in range(k):
         out = out + padded[:, i : i + t] * weight[:, i, 0]

@@ -44,6 +44,23 @@ class ConformerDims:
     subsampling_channels: int
     xscaling: bool
     bias: bool = True  # the Conformer layers' linear maps and convolutions (Parakeet's have none: use_bias false)
+    # Cache-aware streaming encoders (Nemotron's): causal subsampling and depthwise convolutions, and a layer norm
+    # in the convolution module where the others have a batch norm.
+    causal: bool = False
+    conv_norm: str = "batch_norm"
+
+    @property
+    def subsampled_mels(self) -> int:
+        """Frequency bins after the three stride-2 convolutions (padding 1 | 1, or causal 2 | 1)."""
+        return subsampled_length(self.n_mels, self.causal)
+
+
+def subsampled_length(n: int, causal: bool) -> int:
+    """Frames (or bins) after the three stride-2, kernel-3 convolutions: ceil(n / 8) with padding 1 on each side;
+    with a causal one's 2 before and 1 after, floor(n / 2) + 1 each time."""
+    for _ in range(3):
+        n = n // 2 + 1 if causal else -(-n // 2)
+    return n
 
 
 class Subsampling(nn.Module):
@@ -53,23 +70,29 @@ class Subsampling(nn.Module):
     def __init__(self, d: ConformerDims):
         super().__init__()
         c = d.subsampling_channels
-        self.layers_0 = nn.Conv2d(1, c, 3, stride=2, padding=1)
-        self.layers_2 = nn.Conv2d(c, c, 3, stride=2, padding=1, groups=c)
+        self.causal = d.causal
+        pad = 0 if d.causal else 1  # a causal one pads itself: 2 before, 1 after, in time and frequency
+        self.layers_0 = nn.Conv2d(1, c, 3, stride=2, padding=pad)
+        self.layers_2 = nn.Conv2d(c, c, 3, stride=2, padding=pad, groups=c)
         self.layers_3 = nn.Conv2d(c, c, 1)
-        self.layers_5 = nn.Conv2d(c, c, 3, stride=2, padding=1, groups=c)
+        self.layers_5 = nn.Conv2d(c, c, 3, stride=2, padding=pad, groups=c)
         self.layers_6 = nn.Conv2d(c, c, 1)
-        self.linear = nn.Linear(c * -(-d.n_mels // 8), d.d_model)
+        self.linear = nn.Linear(c * d.subsampled_mels, d.d_model)
 
     def __call__(self, mel: mx.array) -> mx.array:
-        """mel (B, T, n_mels) -> (B, ceil(T / 8), d_model)."""
-        if on_cpu(mel):
+        """mel (B, T, n_mels) -> (B, subsampled_length(T), d_model)."""
+        if on_cpu(mel) and not self.causal:
             mx.eval(mel)
             return mx.array(self._cpu(np.asarray(mel)[0]))[None]
-        x = nn.relu(self.layers_0(mel[..., None]))
-        x = nn.relu(self.layers_3(self.layers_2(x)))
-        x = nn.relu(self.layers_6(self.layers_5(x)))
+        x = nn.relu(self.layers_0(self._pad(mel[..., None])))
+        x = nn.relu(self.layers_3(self.layers_2(self._pad(x))))
+        x = nn.relu(self.layers_6(self.layers_5(self._pad(x))))
         b, t, f, c = x.shape
         return self.linear(x.transpose(0, 1, 3, 2).reshape(b, t, c * f))
+
+    def _pad(self, x: mx.array) -> mx.array:
+        """A causal convolution's input (B, T, F, C) padded 2 before and 1 after in time and frequency."""
+        return mx.pad(x, [(0, 0), (2, 1), (2, 1), (0, 0)]) if self.causal else x
 
     def _cpu(self, mel: np.ndarray) -> np.ndarray:
         """The same in numpy on the pool's threads, over blocks of output frames: the first activation holds 64 x
@@ -119,6 +142,16 @@ def on_cpu(x: mx.array) -> bool:
     return mx.default_device() == mx.cpu and x.shape[0] == 1
 
 
+def chunked_mask(t: int, left: int, right: int) -> mx.array:
+    """NeMo's chunked-limited attention over t frames as an additive mask: chunks of right + 1 frames, each query
+    attending its own chunk and the left // (right + 1) chunks before it (0), nothing else (-inf)."""
+    size = right + 1
+    chunk = np.arange(t) // size
+    apart = chunk[:, None] - chunk[None, :]
+    allowed = (apart >= 0) & (apart <= left // size)
+    return mx.array(np.where(allowed, 0.0, -np.inf).astype(np.float32))
+
+
 @lru_cache(maxsize=8)
 def relative_positions(length: int, d_model: int) -> mx.array:
     """Transformer-XL sinusoids for relative positions length-1 ... -(length-1), sin and cos interleaved, in
@@ -140,12 +173,12 @@ class RelPositionAttention(nn.Module):
         self.bias_u = mx.zeros((d.heads, m // d.heads))
         self.bias_v = mx.zeros((d.heads, m // d.heads))
 
-    def __call__(self, x: mx.array, pos: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, pos: mx.array, mask: mx.array | None = None) -> mx.array:
         b, t, m = x.shape
         h, dk = self.heads, m // self.heads
         q, k, v = (proj(x).reshape(b, t, h, dk) for proj in (self.q_proj, self.k_proj, self.v_proj))
         p = self.relative_k_proj(pos).reshape(-1, h, dk)
-        out = relative_attention(q, self.bias_u, self.bias_v, k, p, v, 1 / math.sqrt(dk))
+        out = relative_attention(q, self.bias_u, self.bias_v, k, p, v, 1 / math.sqrt(dk), mask)
         return self.o_proj(out.reshape(b, t, m))
 
 
@@ -173,20 +206,22 @@ class BatchNorm(nn.Module):
 
 
 class ConvModule(nn.Module):
-    """Pointwise conv -> GLU -> depthwise conv (k9) -> batch norm -> SiLU -> pointwise conv."""
+    """Pointwise conv -> GLU -> depthwise conv (k9; 'same', or causal: k-1 frames before) -> batch norm (or a layer
+    norm over the channels) -> SiLU -> pointwise conv."""
 
     def __init__(self, d: ConformerDims):
         super().__init__()
         m, k = d.d_model, d.conv_kernel
+        self.causal = d.causal
         self.pointwise_conv1 = nn.Conv1d(m, 2 * m, 1, bias=d.bias)
         self.depthwise_conv = nn.Conv1d(m, m, k, padding=(k - 1) // 2, groups=m, bias=d.bias)
-        self.norm = BatchNorm(m)
+        self.norm = nn.LayerNorm(m) if d.conv_norm == "layer_norm" else BatchNorm(m)
         self.pointwise_conv2 = nn.Conv1d(m, m, 1, bias=d.bias)
 
     def __call__(self, x: mx.array) -> mx.array:
         a, gate = mx.split(self.pointwise_conv1(x), 2, axis=-1)
         conv = self.depthwise_conv
-        x = depthwise_conv1d(a * sigmoid(gate), conv.weight, conv.bias if "bias" in conv else None)
+        x = depthwise_conv1d(a * sigmoid(gate), conv.weight, conv.bias if "bias" in conv else None, self.causal)
         return self.pointwise_conv2(silu(self.norm(x)))
 
 
@@ -204,9 +239,9 @@ class ConformerLayer(nn.Module):
         self.feed_forward2 = FeedForward(m, d.ff, d.bias)
         self.norm_out = nn.LayerNorm(m)
 
-    def __call__(self, x: mx.array, pos: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, pos: mx.array, mask: mx.array | None = None) -> mx.array:
         x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
-        x = x + self.self_attn(self.norm_self_att(x), pos)
+        x = x + self.self_attn(self.norm_self_att(x), pos, mask)
         x = x + self.conv(self.norm_conv(x))
         x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
         return self.norm_out(x)
@@ -219,16 +254,18 @@ class FastConformer(nn.Module):
         self.subsampling = Subsampling(d)
         self.layers = [ConformerLayer(d) for _ in range(d.layers)]
 
-    def encode(self, x: mx.array) -> mx.array:
-        """Pre-encoded frames (B, T, d_model) -> encoded (B, T, d_model)."""
+    def encode(self, x: mx.array, context: tuple[int, int] | None = None) -> mx.array:
+        """Pre-encoded frames (B, T, d_model) -> encoded (B, T, d_model); with ``context`` (left, right) frames,
+        NeMo's chunked-limited attention (a cache-aware encoder's offline pass)."""
         if self.d.xscaling:
             x = x * math.sqrt(self.d.d_model)
         pos = relative_positions(x.shape[1], self.d.d_model)
-        if on_cpu(x):
+        if on_cpu(x) and not self.d.causal and context is None:
             mx.eval(pos)
             return through_layers(x[0], self._cpu_layers, *relative_sinusoids(np.asarray(pos)))[None]
+        mask = None if context is None else chunked_mask(x.shape[1], *context)
         for layer in self.layers:
-            x = layer(x, pos)
+            x = layer(x, pos, mask)
             mx.eval(x)  # one layer's graph at a time: bounded temporaries
         return x
 
@@ -247,8 +284,7 @@ def encoder_shapes(d: ConformerDims, prefix: str) -> dict[str, tuple[int, ...]]:
     for i in (2, 5):  # depthwise 3x3, then pointwise 1x1
         shapes[f"{sub}.layers_{i}.weight"], shapes[f"{sub}.layers_{i}.bias"] = (c, 3, 3, 1), (c,)
         shapes[f"{sub}.layers_{i + 1}.weight"], shapes[f"{sub}.layers_{i + 1}.bias"] = (c, 1, 1, c), (c,)
-    freq = -(-d.n_mels // d.subsampling_factor)
-    shapes[f"{sub}.linear.weight"], shapes[f"{sub}.linear.bias"] = (m, c * freq), (m,)
+    shapes[f"{sub}.linear.weight"], shapes[f"{sub}.linear.bias"] = (m, c * d.subsampled_mels), (m,)
 
     def weight(name: str, *shape: int, bias: bool = d.bias) -> None:
         shapes[f"{name}.weight"] = shape
@@ -268,7 +304,7 @@ def encoder_shapes(d: ConformerDims, prefix: str) -> dict[str, tuple[int, ...]]:
         shapes[f"{p}.self_attn.bias_u"] = shapes[f"{p}.self_attn.bias_v"] = (d.heads, m // d.heads)
         weight(f"{p}.conv.pointwise_conv1", 2 * m, 1, m)
         weight(f"{p}.conv.depthwise_conv", m, d.conv_kernel, 1)
-        for s in ("weight", "bias", "running_mean", "running_var"):
+        for s in ("weight", "bias") if d.conv_norm == "layer_norm" else ("weight", "bias", "running_mean", "running_var"):
             shapes[f"{p}.conv.norm.{s}"] = (m,)
         weight(f"{p}.conv.pointwise_conv2", m, 1, m)
     return shapes

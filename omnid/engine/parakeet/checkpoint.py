@@ -151,11 +151,11 @@ def read_nemo(path: Path) -> tuple[archive.NemoFile, Dims, FrontEnd, Vocabulary]
     source = Path(f"{path}:model_config.yaml")
 
     def limit(cfg: dict) -> int:
-        dims, front = _model(cfg, source)
+        dims, front = model_config(cfg, source)
         return archive.state_limit(expected_shapes(dims), front)
 
     nemo = archive.read(path, limit, artifacts=("tokenizer.model",))
-    dims, front = _model(nemo.config, source)
+    dims, front = model_config(nemo.config, source)
     vocabulary = Vocabulary.from_sentencepiece(nemo.artifacts["tokenizer.model"], f"{path}:tokenizer.model")
     check_vocabulary(vocabulary, dims, f"{path}:tokenizer.model")
     return nemo, dims, front, vocabulary
@@ -177,9 +177,17 @@ def package_tensor(name: str, t: np.ndarray) -> tuple[str, np.ndarray]:
 
 def _load_nemo(path: Path) -> Checkpoint:
     nemo, dims, front, vocabulary = read_nemo(path)
+    weights = nemo_weights(nemo, front, path)
+    check_shapes(weights, expected_shapes(dims), path)
+    return Checkpoint(path, "nemo", front, dims, vocabulary, weights, [path])
+
+
+def nemo_weights(nemo: archive.NemoFile, front: FrontEnd, path: Path) -> dict[str, Any]:
+    """A .nemo's weights as float32 under this package's names in MLX layouts (its preprocessor's buffers checked
+    against the front end, not kept), each freed from the archive once converted: one copy held, not two."""
     weights: dict[str, Any] = {}
     buffers = {}
-    for name in list(nemo.state):  # each freed once converted: one copy of the weights held, not two
+    for name in list(nemo.state):
         t = nemo.state.pop(name)
         if name.endswith("num_batches_tracked"):
             continue
@@ -189,8 +197,7 @@ def _load_nemo(path: Path) -> Checkpoint:
         name, array = package_tensor(name, t.astype(np.float32, copy=False))
         weights[name] = array
     check_buffers(buffers, front, path)
-    check_shapes(weights, expected_shapes(dims), path)
-    return Checkpoint(path, "nemo", front, dims, vocabulary, weights, [path])
+    return weights
 
 
 def _load_mlx(folder: Path) -> Checkpoint:
@@ -200,7 +207,7 @@ def _load_mlx(folder: Path) -> Checkpoint:
     config = read_json_object(config_path)
     if not weights_path.is_file():
         raise CheckpointError(f"{folder}: model.safetensors is missing")
-    dims, front = _model(config, config_path)
+    dims, front = model_config(config, config_path)
     pieces = config["joint"]["vocabulary"]
     if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
         raise CheckpointError(f"{config_path}: joint.vocabulary must be a list of strings")
@@ -229,20 +236,28 @@ def _load_mlx(folder: Path) -> Checkpoint:
     return Checkpoint(folder, "mlx", front, dims, vocabulary, weights, [config_path, weights_path])
 
 
-def _model(cfg: dict, source: Path) -> tuple[Dims, FrontEnd]:
+# A cache-aware streaming encoder's switches (Nemotron's), where Parakeet's are NeMo's offline defaults.
+STREAMING = {"conv_norm_type": "layer_norm", "causal_downsampling": True, "conv_context_size": "causal",
+             "att_context_style": "chunked_limited"}
+OFFLINE = {"conv_norm_type": "batch_norm", "causal_downsampling": False}
+
+
+def model_config(cfg: dict, source: Path, streaming: bool = False) -> tuple[Dims, FrontEnd]:
+    """A NeMo transducer's config (Parakeet's; with ``streaming``, a cache-aware encoder's) -> its sizes and front
+    end, every switch omnid does not compute refused naming the file and the key."""
     pre = archive.section(cfg, "preprocessor", source)
     enc = archive.section(cfg, "encoder", source)
     dec = archive.section(cfg, "decoder", source)
     joint = archive.section(cfg, "joint", source)
     decoding = cfg["decoding"] if isinstance(cfg.get("decoding"), dict) else {}
     get = archive.getter(source)
+    switches = [(enc, key, want) for key, want in (STREAMING if streaming else OFFLINE).items()]
     for part, key, want in ((enc, "subsampling", "dw_striding"), (enc, "self_attention_model", "rel_pos"),
-                            (enc, "conv_norm_type", "batch_norm"), (enc, "causal_downsampling", False),
-                            (dec, "blank_as_pad", True), (pre, "window", "hann"), (pre, "pad_to", 0),
+                            *switches, (dec, "blank_as_pad", True), (pre, "window", "hann"), (pre, "pad_to", 0),
                             (pre, "frame_splicing", 1), (pre, "log", True)):
         if part.get(key, want) != want:
             raise CheckpointError(f"{source}: {key} is {part.get(key)!r}; only {want!r} is supported")
-    if list(enc.get("att_context_size", [-1, -1])) != [-1, -1]:
+    if not streaming and list(enc.get("att_context_size", [-1, -1])) != [-1, -1]:
         raise CheckpointError(f"{source}: att_context_size is {enc.get('att_context_size')!r}: limited-context "
                               "(streaming) encoders are not Parakeet's; only [-1, -1] is supported")
     normalize = pre.get("normalize", "per_feature")
@@ -260,7 +275,8 @@ def _model(cfg: dict, source: Path) -> tuple[Dims, FrontEnd]:
         ff=d_model * get(enc, "ff_expansion_factor", int), conv_kernel=get(enc, "conv_kernel_size", int),
         subsampling_factor=get(enc, "subsampling_factor", int),
         subsampling_channels=get(enc, "subsampling_conv_channels", int), xscaling=bool(enc.get("xscaling", True)),
-        bias=bool(enc.get("use_bias", True)))
+        bias=bool(enc.get("use_bias", True)), causal=streaming,
+        conv_norm="layer_norm" if streaming else "batch_norm")
     prednet = archive.section(dec, "prednet", source)
     jointnet = archive.section(joint, "jointnet", source)
     extra = int(joint.get("num_extra_outputs", 0) or 0)

@@ -25,7 +25,7 @@ class Parakeet:
         encoder = [(name.removeprefix("encoder."), mx.array(w.pop(name))) for name in list(w) if name.startswith("encoder.")]
         self.encoder.load_weights(encoder)
         mx.eval(self.encoder.parameters())
-        self.transducer = _transducer(w, d) if d.transducer else None
+        self.transducer = transducer(w, d) if d.transducer else None
         self.ctc = Ctc(w.pop("ctc_decoder.decoder_layers.0.weight"), w.pop("ctc_decoder.decoder_layers.0.bias")) \
             if d.ctc else None
 
@@ -50,7 +50,8 @@ class Parakeet:
         return self.transducer.greedy(encoded)
 
 
-def _transducer(w: dict, d: Dims) -> Transducer:
+def transducer(w: dict, d: Dims) -> Transducer:
+    """The prediction network and joint, their tensors popped from the weights."""
     rnn = "decoder.prediction.dec_rnn.lstm"
     prediction = PredictionNetwork(
         w.pop("decoder.prediction.embed.weight"),
