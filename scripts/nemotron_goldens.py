@@ -26,8 +26,9 @@ What the run shows (printed as it goes): NeMo's streaming loop does not always g
 of 40 runs equal). The loop's first chunk is 1 + 8R mel frames with no pre-encode cache, later ones 8 (R + 1) with 9
 cached frames of which the first 2 encoder frames are dropped; at R = 0 that first one-frame chunk already changes
 every later frame (max 0.019 from the offline pass); the loop stops when fewer than 8 mel frames are left (the
-offline pass has one frame more on the long clip); and its last, shorter chunk differs in its last frames (0.5 at R
-13 and 6 on a 12 s clip).
+offline pass has one frame more on the long clip); and the buffer takes the zero frame NeMo's preprocessor pads
+after the valid frames as audio, so where it is encoded the last chunk differs from the offline pass over the
+valid frames (0.5 on a 12 s clip at R 13 and 6).
 """
 
 from __future__ import annotations

@@ -79,3 +79,62 @@ def test_the_two_prompts_give_different_encodings() -> None:
     mel = arrays()["mel/ljspeech"][:-1]
     en, de = (m.encode_offline(mel, (56, 13), m.streaming.prompts[lang]) for lang in LANGUAGES)
     assert np.abs(en - de).max() > 0.1
+
+
+@pytest.mark.parametrize("right", RIGHTS)
+@pytest.mark.parametrize("clip", CLIPS)
+def test_cache_aware_streaming_is_nemos_chunk_by_chunk(clip: str, right: int) -> None:
+    """NeMo's streaming loop (conformer_stream_step over CacheAwareStreamingAudioBuffer's chunks, caches carried):
+    the same chunks, each chunk's encoder output within 1e-4 before and after the prompt, for both languages, and
+    NeMo's streaming ids and frames from greedy decoding over them (RNN-T's greedy loop carries over a chunk
+    boundary as over any frame). Where this differs from the offline pass, the streaming rule is followed."""
+    m = model()
+    chunks = m.stream_nemo(arrays()[f"mel/{clip}"], (meta()["left"], right))
+    encoded = np.concatenate(chunks)
+    want = arrays()[f"encoded/{right}/{clip}"]
+    assert encoded.shape == want.shape
+    assert np.abs(encoded - want).max() <= 1e-4
+    for language in LANGUAGES:
+        run = meta()["runs"][f"{right}/{language}/{clip}"]
+        assert [len(c) for c in chunks] == run["chunk_frames"]
+        prompted = m.prompted(encoded, m.streaming.prompts[language])
+        assert np.abs(prompted - arrays()[f"prompted/{right}/{language}/{clip}"]).max() <= 1e-4
+        tokens = m.transducer.greedy(prompted)
+        assert [t.id for t in tokens] == run["ids"]
+        assert [t.frame for t in tokens] == run["frames"]
+        assert m.vocabulary.text([t.id for t in tokens]) == run["text"]
+
+
+def test_streaming_and_offline_disagree_where_nemo_says() -> None:
+    """The goldens hold NeMo's two rules apart. At right context 0 streaming differs from the offline pass from the
+    second frame on (its first one-frame chunk has no pre-encode cache). NeMo's streaming buffer takes the zero
+    frame its preprocessor pads after the valid mel frames as audio: where that frame is encoded, the last chunk
+    differs from the offline pass over the valid frames and equals one that counts the zero frame too; where fewer
+    than 8 mel frames are left, the loop stops before them (one encoder frame fewer)."""
+    m = model()
+    zero, full = (arrays()[f"{kind}/0/en-US/ljspeech"] for kind in ("prompted", "offline"))
+    assert np.abs(zero[0] - full[0]).max() <= 1e-4 and np.abs(zero[1:] - full[1 : len(zero)]).max() > 1e-3
+    streamed, offline = (arrays()[f"{kind}/13/en-US/ljspeech"] for kind in ("prompted", "offline"))
+    assert len(streamed) == len(offline) and np.abs(streamed - offline).max() > 1e-2
+    counted = m.encode_offline(arrays()["mel/ljspeech"], (meta()["left"], 13), m.streaming.prompts["en-US"])
+    assert np.abs(streamed - counted).max() <= 1e-4
+    streamed, offline = (arrays()[f"{kind}/13/en-US/long"] for kind in ("prompted", "offline"))
+    assert len(offline) == len(streamed) + 1
+    assert np.abs(streamed - offline[: len(streamed)]).max() <= 1e-4
+
+
+def test_a_streams_state_does_not_grow() -> None:
+    """After any number of chunks the encoder cache is the same few arrays: left x d_model and (kernel - 1) x
+    d_model per layer, and a count."""
+    import mlx.core as mx
+
+    from omnid.engine.nemo.cache_aware import EncoderCache, stream_step
+
+    m = model()
+    mel = arrays()["mel/long"]
+    cache = EncoderCache.initial(m.encoder, 56)
+    shapes = (cache.channel.shape, cache.time.shape)
+    for i, start in enumerate(range(0, 800, 16)):
+        _, cache = stream_step(m.encoder, mx.array(mel[start : start + 16 + 9]), cache, (56, 1), 2 if i else 0)
+        assert (cache.channel.shape, cache.time.shape) == shapes
+    assert cache.filled == 56

@@ -9,6 +9,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from omnid.engine.nemo.cache_aware import EncoderCache, stream_step
 from omnid.engine.nemo.fastconformer import FastConformer
 from omnid.engine.nemo.features import log_mel
 from omnid.engine.nemotron.checkpoint import Checkpoint
@@ -53,6 +54,38 @@ class Nemotron:
         """One pass over a whole (frames, n_mels) log-mel with the chunked-limited mask of ``context``, the prompt
         applied: NeMo's offline oracle for its streaming."""
         x = self.encoder.subsampling(mx.array(mel)[None])
-        out = self.prompt(self.encoder.encode(x, context), prompt)[0]
+        return self.prompted(self.encoder.encode(x, context)[0], prompt)
+
+    def prompted(self, encoded: mx.array | np.ndarray, prompt: int) -> np.ndarray:
+        """Encoder frames (T, d_model) with the language prompt ``prompt`` fused in."""
+        out = self.prompt(mx.array(encoded)[None], prompt)[0]
         mx.eval(out)
         return np.array(out)
+
+    def stream_nemo(self, mel: np.ndarray, context: tuple[int, int]) -> list[np.ndarray]:
+        """NeMo's cache-aware streaming loop over a log-mel as its CacheAwareStreamingAudioBuffer feeds it (the
+        mel given whole, as that buffer holds it): a first chunk of 1 + 8R frames without a pre-encode cache, then
+        chunks of 8 (R + 1) frames after the 9 mel frames before them (zeros where there are fewer), whose first 2
+        subsampled frames are dropped; it stops when fewer than 8 new frames are left. -> each chunk's encoder output
+        (before the prompt)."""
+        right = context[1]
+        cache = EncoderCache.initial(self.encoder, context[0])
+        outputs, start, first = [], 0, 1 + SUBSAMPLING * right
+        while start < len(mel):
+            size = first if start == 0 else SUBSAMPLING * (right + 1)
+            chunk = mel[start : start + size]
+            if len(chunk) < (1 if start == 0 else SUBSAMPLING):
+                break
+            if start:
+                before = mel[max(0, start - PRE_ENCODE_CACHE) : start]
+                pad = np.zeros((PRE_ENCODE_CACHE - len(before), mel.shape[1]), np.float32)
+                chunk = np.concatenate([pad, before, chunk])
+            encoded, cache = stream_step(self.encoder, mx.array(chunk), cache, context, DROP if start else 0)
+            outputs.append(np.array(encoded))
+            start += size
+        return outputs
+
+
+SUBSAMPLING = 8  # mel frames per encoder frame
+PRE_ENCODE_CACHE = 9  # mel frames before a chunk that its causal subsampling reads (NeMo's pre_encode_cache_size)
+DROP = 2  # the subsampled frames those 9 produce, dropped (NeMo's drop_extra_pre_encoded)

@@ -1,0 +1,106 @@
+"""The shared FastConformer's cache-aware streaming step (NeMo's ``cache_aware_stream_step``, Nemotron's encoder):
+each chunk of new frames is encoded once, against fixed-size caches of what came before.
+
+Per layer a stream keeps the attention's input (after its layer norm) for the last ``left`` frames and the
+convolution module's last kernel-1 GLU outputs; and how many of the attention slots hold real frames (a fresh
+stream's are zeros, masked out). A chunk's frames attend to the valid cached frames and to each other (a chunk is
+at most right + 1 frames: one chunk of the chunked-limited mask, with the left chunks in the cache), with
+relative positions counted from the oldest slot; the causal depthwise convolution reads its cache before the
+chunk. The caches then keep the newest frames. Nothing grows with the length of the stream.
+
+The caller gives the subsampling's input: the chunk's mel frames after the last frames of the previous chunk (its
+pre-encode cache), and how many of the subsampled frames those extra frames produced (dropped here).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from omnid.engine.cpu_math import silu
+from omnid.engine.nemo.fastconformer import ConformerLayer, FastConformer, relative_positions
+
+
+@dataclass(frozen=True)
+class EncoderCache:
+    """One stream's encoder state: a few fixed-size arrays."""
+
+    channel: mx.array  # (layers, left, d_model): each layer's normed attention input of the last frames
+    time: mx.array  # (layers, kernel - 1, d_model): each layer's last GLU outputs
+    filled: int  # attention slots holding real frames (the newest ones), at most left
+
+    @classmethod
+    def initial(cls, encoder: FastConformer, left: int) -> EncoderCache:
+        d = encoder.d
+        return cls(mx.zeros((d.layers, left, d.d_model)), mx.zeros((d.layers, d.conv_kernel - 1, d.d_model)), 0)
+
+
+def stream_step(encoder: FastConformer, mel: mx.array, cache: EncoderCache, context: tuple[int, int],
+                drop: int) -> tuple[mx.array, EncoderCache]:
+    """mel (frames, n_mels): the subsampling's input for one chunk; ``drop``: leading subsampled frames that belong
+    to the previous chunk. -> the chunk's encoded frames (T, d_model) and the new cache."""
+    x = encoder.subsampling(mel[None])[0, drop:]
+    if encoder.d.xscaling:
+        x = x * math.sqrt(encoder.d.d_model)
+    t, left = x.shape[0], cache.channel.shape[1]
+    pos = relative_positions(left + t, encoder.d.d_model)
+    mask = _mask(t, left, cache.filled, context)
+    channels, times = [], []
+    for i, layer in enumerate(encoder.layers):
+        x, channel, time = _layer(layer, x, pos, mask, cache.channel[i], cache.time[i])
+        channels.append(channel)
+        times.append(time)
+    out = EncoderCache(mx.stack(channels), mx.stack(times), min(cache.filled + t, left))
+    mx.eval(x, out.channel, out.time)
+    return x, out
+
+
+def _mask(t: int, left: int, filled: int, context: tuple[int, int]) -> mx.array:
+    """(t, left + t) additive: the chunked-limited mask on the [cache | chunk] axis, the empty slots masked."""
+    size = context[1] + 1
+    keys = mx.arange(left + t)
+    apart = (left + mx.arange(t))[:, None] // size - keys[None, :] // size
+    allowed = (apart >= 0) & (apart <= context[0] // size) & (keys >= left - filled)[None, :]
+    return mx.where(allowed, 0.0, -math.inf)
+
+
+def _layer(layer: ConformerLayer, x: mx.array, pos: mx.array, mask: mx.array, channel: mx.array,
+           time: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    """One Conformer layer over a chunk (t, d_model) with its caches -> output, new attention and conv caches."""
+    x = x + 0.5 * layer.feed_forward1(layer.norm_feed_forward1(x))
+    normed = layer.norm_self_att(x)
+    keys = mx.concatenate([channel, normed])
+    x = x + _attention(layer, normed, keys, pos, mask)
+    conv = layer.conv
+    a, gate = mx.split(conv.pointwise_conv1(layer.norm_conv(x)[None])[0], 2, axis=-1)
+    glu = mx.concatenate([time, a * mx.sigmoid(gate)])
+    weight = conv.depthwise_conv.weight[:, :, 0]  # (d_model, kernel)
+    k, t = weight.shape[1], x.shape[0]
+    y = sum((glu[i : i + t] * weight[:, i] for i in range(1, k)), glu[:t] * weight[:, 0])
+    if "bias" in conv.depthwise_conv:
+        y = y + conv.depthwise_conv.bias
+    x = x + conv.pointwise_conv2(silu(conv.norm(y))[None])[0]
+    x = x + 0.5 * layer.feed_forward2(layer.norm_feed_forward2(x))
+    return layer.norm_out(x), keys[-channel.shape[0] :], glu[-(k - 1) :]
+
+
+def _attention(layer: ConformerLayer, queries: mx.array, keys: mx.array, pos: mx.array, mask: mx.array) -> mx.array:
+    """Relative-position attention of t queries (the chunk) over n = left + t keys ([cache | chunk]): query i sits
+    at position left + i, so its score with key j uses relative position left + i - j (``pos`` holds n-1 ...
+    -(n-1))."""
+    att = layer.self_attn
+    t, n, m = queries.shape[0], keys.shape[0], queries.shape[1]
+    h = att.heads
+    dk = m // h
+    q = att.q_proj(queries).reshape(t, h, dk).transpose(1, 0, 2)
+    k = att.k_proj(keys).reshape(n, h, dk).transpose(1, 0, 2)
+    v = att.v_proj(keys).reshape(n, h, dk).transpose(1, 0, 2)
+    p = att.relative_k_proj(pos).reshape(-1, h, dk).transpose(1, 0, 2)
+    by_key = (q + att.bias_u[:, None]) @ k.transpose(0, 2, 1)
+    by_position = (q + att.bias_v[:, None]) @ p.transpose(0, 2, 1)  # (h, t, 2n - 1)
+    column = (t - 1) + mx.arange(n)[None, :] - mx.arange(t)[:, None]  # row of pos for (query i, key j)
+    shifted = mx.take_along_axis(by_position, mx.broadcast_to(column[None], (h, t, n)), axis=-1)
+    weights = mx.softmax((by_key + shifted) * (1 / math.sqrt(dk)) + mask, axis=-1)
+    return att.o_proj((weights @ v).transpose(1, 0, 2).reshape(t, m))
