@@ -103,6 +103,11 @@ def test_cache_aware_streaming_is_nemos_chunk_by_chunk(clip: str, right: int) ->
         assert [t.id for t in tokens] == run["ids"]
         assert [t.frame for t in tokens] == run["frames"]
         assert m.vocabulary.text([t.id for t in tokens]) == run["text"]
+        decoding, grown = m.transducer.start(), []  # chunk by chunk, the decode carried: NeMo's hypothesis growth
+        for chunk in np.split(prompted, np.cumsum(run["chunk_frames"])[:-1]):
+            new, decoding = m.transducer.continue_greedy(chunk, decoding)
+            grown.append((grown[-1] if grown else 0) + len(new))
+        assert grown == run["chunk_ids"]
 
 
 def test_streaming_and_offline_disagree_where_nemo_says() -> None:

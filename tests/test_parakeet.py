@@ -281,3 +281,12 @@ def test_long_input_is_subsampled_in_blocks_as_in_one(monkeypatch, block: int) -
     blocked = sub._cpu(mel)
     assert blocked.shape == whole.shape and len(whole) > 3 * block + 4 or block == 128
     assert np.abs(blocked - whole).max() <= 1e-6 * max(1.0, float(np.abs(whole).max()))
+
+
+def test_tdt_decodes_whole_sequences_only() -> None:
+    """A TDT duration can reach past a chunk's end: decoding chunk by chunk is refused, where RNN-T's carries over
+    (tests/test_nemotron.py)."""
+    transducer = model("tdt").transducer
+    assert transducer is not None
+    with pytest.raises(ValueError, match="whole sequences"):
+        transducer.continue_greedy(np.zeros((3, 64), np.float32), transducer.start())

@@ -85,6 +85,16 @@ class Joint:
 
 
 @dataclass(frozen=True)
+class Decoding:
+    """A greedy decode between chunks of frames: the joint's projection of the prediction network's output and its
+    state after the last label, and the frames decoded so far. A few fixed-size arrays per stream."""
+
+    g: np.ndarray
+    state: PredictionState
+    frames: int
+
+
+@dataclass(frozen=True)
 class Token:
     id: int
     frame: int  # the encoder frame it was emitted at (80 ms each)
@@ -101,12 +111,27 @@ class Transducer:
 
     def greedy(self, encoded: np.ndarray) -> list[Token]:
         """(frames, encoder width) -> the greedy tokens."""
-        frames = len(encoded)
+        return self.continue_greedy(encoded, self.start(), whole=True)[0]
+
+    def start(self) -> Decoding:
+        """A decode before any frame: the prediction network fed the blank (NeMo's start of sequence)."""
+        g, state = self._predict(self.blank, self.prediction.initial())
+        return Decoding(g, state, 0)
+
+    def continue_greedy(self, encoded: np.ndarray, decoding: Decoding,
+                        whole: bool = False) -> tuple[list[Token], Decoding]:
+        """The greedy tokens of the next frames of a sequence, from where ``decoding`` left it (token frames on the
+        whole sequence's axis), and where it leaves it. For RNN-T a boundary between chunks of frames is like any
+        other frame boundary, so decoding chunk after chunk gives the whole sequence's tokens; TDT's durations can
+        reach past a chunk's end, so it decodes ``whole`` sequences only."""
+        if self.durations and not whole:
+            raise ValueError("TDT decodes whole sequences")
+        frames, offset = len(encoded), decoding.frames
         if frames == 0:
-            return []
+            return [], decoding
         f = self.joint.project_encoder(encoded)
         last = frames - 1
-        g, state = self._predict(self.blank, self.prediction.initial())
+        g, state = decoding.g, decoding.state
         tokens: list[Token] = []
         t, run_frame, run = 0, -1, 0
         while t < frames:
@@ -119,13 +144,13 @@ class Transducer:
                 t += duration
             if label == self.blank:
                 break  # a blank ran past the last frame
-            tokens.append(Token(label, at, duration if self.durations else None))
+            tokens.append(Token(label, offset + at, duration if self.durations else None))
             run = run + 1 if run_frame == at else 1
             run_frame = at
             g, state = self._predict(label, state)
             if run >= self.max_symbols and run_frame == t:
                 t += 1
-        return tokens
+        return tokens, Decoding(g, state, offset + frames)
 
     def _best(self, f: np.ndarray, g: np.ndarray) -> tuple[int, int]:
         """The best label and how far it moves t: TDT's duration (0 as 1 for a blank), RNN-T's 1 for a blank."""
