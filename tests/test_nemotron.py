@@ -143,3 +143,48 @@ def test_a_streams_state_does_not_grow() -> None:
         _, cache = stream_step(m.encoder, mx.array(mel[start : start + 16 + 9]), cache, (56, 1), 2 if i else 0)
         assert (cache.channel.shape, cache.time.shape) == shapes
     assert cache.filled == 56
+
+
+def _streamed_mel(audio_: np.ndarray, pieces: list[int], block: int) -> np.ndarray:
+    """The log-mel through a MelStream: the audio pushed in pieces of the given sizes (cycled), frames taken
+    ``block`` at a time whenever that many are ready, the rest once finished."""
+    from omnid.engine.nemo.features import MelStream
+
+    stream, out, at, i = MelStream(model().front), [], 0, 0
+    while at < len(audio_):
+        stream.push(audio_[at : at + pieces[i % len(pieces)]])
+        at += pieces[i % len(pieces)]
+        i += 1
+        while stream.ready() >= block:
+            out.append(stream.take(block))
+    stream.finish()
+    out.append(stream.take(stream.ready()))
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("pieces", [[1], [592], [20800], [7, 16000, 3]])
+def test_a_streamed_log_mel_does_not_depend_on_how_the_audio_was_split(pieces: list[int]) -> None:
+    """Pushed a sample at a time, 37 ms, 1.3 s or mixed, the frames taken in the same blocks are the same bits as
+    the whole clip pushed at once, and NeMo's model frames (n // hop) of the one-shot log-mel to float rounding."""
+    clip = audio("ljspeech")[: 16000 * 3 + 123]
+    whole = _streamed_mel(clip, [len(clip)], 112)
+    assert np.array_equal(_streamed_mel(clip, pieces, 112), whole)
+    assert whole.shape == model().features(clip).shape
+    assert np.abs(whole - model().features(clip)).max() <= 1e-4
+
+
+def test_a_streamed_log_mel_gives_only_final_frames() -> None:
+    """A frame is taken only once the samples its window covers have come; taking more is refused."""
+    from omnid.engine.nemo.features import MelStream
+
+    stream = MelStream(model().front)
+    stream.push(np.zeros(255, np.float32))
+    assert stream.ready() == 0  # frame 0's window reaches sample 255
+    stream.push(np.zeros(1, np.float32))
+    assert stream.ready() == 1
+    with pytest.raises(ValueError):
+        stream.take(2)
+    stream.push(np.zeros(16000 - 256, np.float32))
+    assert stream.ready() == 99  # frame 99 needs samples up to 16096
+    stream.finish()
+    assert stream.ready() == 100 and stream.total == 100

@@ -61,27 +61,106 @@ def log_mel(audio: np.ndarray, front: FrontEnd, keep_last: bool = False) -> np.n
     reference server's feed mode); else ``n // hop`` (NeMo's model)."""
     x = np.asarray(audio, np.float32)
     n = len(x)
-    if n and float(np.abs(x).max()) > MAX_SAMPLE:
-        x = np.clip(x, -MAX_SAMPLE, MAX_SAMPLE)
-    if n:
-        x = np.concatenate([x[:1], x[1:] - np.float32(front.preemph) * x[:-1]])
+    x = _preemphasis(_clipped(x), front, None)
     half = front.n_fft // 2
     padded = np.concatenate([np.zeros(half, np.float32), x, np.zeros(half, np.float32)])
     frames_total = 1 + n // front.hop_length
     keep = frames_total if keep_last else n // front.hop_length
-    win = window(front)
-    fb_t = np.ascontiguousarray(mel_filterbank(front).T)
     out = np.empty((keep, front.n_mels), np.float32)
     for first in range(0, keep, BLOCK_FRAMES):
         count = min(BLOCK_FRAMES, keep - first)
-        span = padded[first * front.hop_length : (first + count - 1) * front.hop_length + front.n_fft]
-        frames = np.lib.stride_tricks.sliding_window_view(span, front.n_fft)[:: front.hop_length]
-        spectrum = np.fft.rfft(frames * win, axis=-1)
-        power = spectrum.real.astype(np.float32) ** 2 + spectrum.imag.astype(np.float32) ** 2
-        out[first : first + count] = np.log(power @ fb_t + np.float32(LOG_GUARD))
+        out[first : first + count] = _frames(padded[first * front.hop_length :], count, front)
     if front.normalize == "per_feature":
         _per_feature(out)
     return out
+
+
+def _clipped(x: np.ndarray) -> np.ndarray:
+    return np.clip(x, -MAX_SAMPLE, MAX_SAMPLE) if len(x) and float(np.abs(x).max()) > MAX_SAMPLE else x
+
+
+def _preemphasis(x: np.ndarray, front: FrontEnd, before: np.float32 | None) -> np.ndarray:
+    """x[i] - preemph * x[i - 1]; the first sample as it is, or after ``before`` (the sample before it)."""
+    if not len(x):
+        return x
+    a = np.float32(front.preemph)
+    first = x[:1] if before is None else x[:1] - a * before
+    return np.concatenate([first, x[1:] - a * x[:-1]])
+
+
+def _frames(padded: np.ndarray, count: int, front: FrontEnd) -> np.ndarray:
+    """``count`` log-mel frames from centre-padded, pre-emphasised samples starting at the first one's window."""
+    span = padded[: (count - 1) * front.hop_length + front.n_fft]
+    frames = np.lib.stride_tricks.sliding_window_view(span, front.n_fft)[:: front.hop_length]
+    spectrum = np.fft.rfft(frames * window(front), axis=-1)
+    power = spectrum.real.astype(np.float32) ** 2 + spectrum.imag.astype(np.float32) ** 2
+    return np.log(power @ _filterbank_t(front) + np.float32(LOG_GUARD))
+
+
+@lru_cache(maxsize=4)
+def _filterbank_t(front: FrontEnd) -> np.ndarray:
+    return np.ascontiguousarray(mel_filterbank(front).T)
+
+
+class MelStream:
+    """NeMo's unnormalised log-mel of a growing signal (its model's ``n // hop`` frames). Frame i is centred on
+    sample i * hop; it is final once the samples up to i * hop + n_fft / 2 have come (``ready``), and ``take`` computes
+    frames only then, in the blocks it is asked for: the same blocks give the same numbers however the samples were
+    split. ``finish`` declares the end: the frames left, up to n // hop, see the zero padding after the last
+    sample. Holds the pre-emphasised samples from the next frame's window on: less than a block's worth."""
+
+    def __init__(self, front: FrontEnd):
+        if front.normalize != "NA":
+            raise ValueError("a streamed log-mel cannot be normalised over the whole signal")
+        self.front = front
+        self.samples = 0  # samples pushed
+        self.done = 0  # frames taken
+        self.finished = False
+        self._buffer = np.zeros(front.n_fft // 2, np.float32)  # from the next frame's window start (padding first)
+        self._pending: list[np.ndarray] = []  # pushed since the last take, joined then (a push copies nothing)
+        self._last: np.float32 | None = None  # the last raw sample (pre-emphasis)
+
+    def push(self, audio: np.ndarray) -> None:
+        if self.finished:
+            raise ValueError("the stream is finished")
+        x = _clipped(np.asarray(audio, np.float32))
+        if not len(x):
+            return
+        self._pending.append(_preemphasis(x, self.front, self._last))
+        self._last = x[-1]
+        self.samples += len(x)
+
+    def finish(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self._pending.append(np.zeros(self.front.n_fft // 2, np.float32))
+
+    @property
+    def total(self) -> int | None:
+        """All the frames there will be, once finished."""
+        return self.samples // self.front.hop_length if self.finished else None
+
+    def ready(self) -> int:
+        """Frames final and not yet taken."""
+        if self.finished:
+            return self.samples // self.front.hop_length - self.done
+        half, hop = self.front.n_fft // 2, self.front.hop_length
+        final = (self.samples - half) // hop + 1 if self.samples >= half else 0
+        return max(0, min(final, self.samples // hop) - self.done)
+
+    def take(self, count: int) -> np.ndarray:
+        """The next ``count`` frames (count <= ready()), (count, n_mels)."""
+        if not 0 <= count <= self.ready():
+            raise ValueError(f"{count} frames asked, {self.ready()} ready")
+        if count == 0:
+            return np.empty((0, self.front.n_mels), np.float32)
+        if self._pending:
+            self._buffer = np.concatenate([self._buffer, *self._pending])
+            self._pending = []
+        out = _frames(self._buffer, count, self.front)
+        self.done += count
+        self._buffer = self._buffer[count * self.front.hop_length :].copy()
+        return out
 
 
 # NeMo adds this to each bin's standard deviation (and a single frame's, which it takes as 0).
