@@ -109,6 +109,9 @@ def build(tokdir: Path, lifts: tuple[float, ...] = LIFTS, gains: tuple[float, ..
         # random encoder follows the speech rather than that offset (a trained one has learnt to).
         first = model.encoder.pre_encode.conv[0].weight
         first.sub_(first.mean(dim=(-2, -1), keepdim=True))
+        # The blank is the embedding's padding row: zeros in a real checkpoint (never trained), which the reference
+        # server and mlx-audio feed as zeros rather than look up.
+        model.decoder.prediction["embed"].weight[model.decoder.blank_idx].zero_()
         sp = model.tokenizer.tokenizer
         pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
         vocab = len(pieces)
