@@ -188,3 +188,66 @@ def test_a_streamed_log_mel_gives_only_final_frames() -> None:
     assert stream.ready() == 99  # frame 99 needs samples up to 16096
     stream.finish()
     assert stream.ready() == 100 and stream.total == 100
+
+
+def reference_stream(clip: str, right: int, pieces: list[int] | None = None) -> tuple[list[np.ndarray], list]:
+    """The reference server's stream over a clip at chunk right + 1, English prompt, pushed whole or in pieces of
+    the given sizes (cycled), then finished: each chunk's encoder frames, and the tokens."""
+    from omnid.engine.nemotron.stream import Stream
+
+    chunks: list[np.ndarray] = []
+    stream = Stream(model(), right + 1, model().streaming.prompts["en-US"], on_chunk=chunks.append)
+    samples, at, i = audio(clip), 0, 0
+    sizes = pieces or [len(samples)]
+    while at < len(samples):
+        stream.push(samples[at : at + sizes[i % len(sizes)]])
+        at += sizes[i % len(sizes)]
+        i += 1
+    stream.finish()
+    return chunks, stream.tokens
+
+
+@pytest.mark.parametrize("right", RIGHTS)
+@pytest.mark.parametrize("clip", CLIPS)
+def test_the_reference_servers_stream_is_nemos_but_at_its_ends(clip: str, right: int) -> None:
+    """The reference's rule (a whole first chunk, a 16-frame mel cache, the rest flushed at the end) encodes NeMo's
+    streaming frames, chunk for chunk, up to either's last chunk; at right context 0, where NeMo's first one-frame
+    chunk changes what follows, it encodes NeMo's offline frames instead. Over all the clip it is the masked
+    offline pass over every STFT frame (1 + n // hop), but for a last chunk of right + 2 frames (the causal
+    subsampling's frame after the end), which sees its whole chunk."""
+    import mlx.core as mx
+
+    from omnid.engine.nemo.features import log_mel
+
+    m = model()
+    chunks, tokens = reference_stream(clip, right)
+    ours = np.concatenate(chunks)
+    assert all(len(c) == right + 1 for c in chunks[:-1])
+    nemo = arrays()[f"encoded/{right}/{clip}"]
+    settled = min(len(ours) - len(chunks[-1]), sum(meta()["runs"][f"{right}/en-US/{clip}"]["chunk_frames"][:-1]))
+    if right:
+        assert np.allclose(ours[:settled], nemo[:settled], rtol=0, atol=1e-4)
+    else:
+        offline = arrays()[f"offline/0/en-US/{clip}"]
+        prompted = m.prompted(ours[:settled], m.streaming.prompts["en-US"])
+        assert settled and np.abs(prompted - offline[:settled]).max() <= 1e-4
+    mel = log_mel(audio(clip), m.front, keep_last=True)
+    whole = np.array(m.encoder.encode(m.encoder.subsampling(mx.array(mel)[None]), (meta()["left"], right))[0])
+    assert ours.shape == whole.shape
+    if len(chunks[-1]) <= right + 1:
+        assert np.abs(ours - whole).max() <= 1e-4
+        assert [t.id for t in tokens] == [t.id for t in m.transducer.greedy(m.prompted(whole, 0))]
+    else:
+        assert np.abs(ours[: -len(chunks[-1])] - whole[: -len(chunks[-1])]).max() <= 1e-4
+
+
+@pytest.mark.parametrize("pieces", [[1], [592], [20800], [7, 16000, 3]])
+def test_the_stream_does_not_depend_on_how_the_audio_was_split(pieces: list[int]) -> None:
+    """A sample at a time, 37 ms, 1.3 s or mixed: the same encoder frames, bit for bit, and the same tokens as the
+    clip pushed whole (the reference's own test: realtime equals the one-shot request however the audio is
+    split)."""
+    whole_chunks, whole_tokens = reference_stream("ljspeech", 6)
+    chunks, tokens = reference_stream("ljspeech", 6, pieces)
+    assert len(chunks) == len(whole_chunks)
+    assert all(np.array_equal(a, b) for a, b in zip(chunks, whole_chunks, strict=True))
+    assert tokens == whole_tokens and tokens

@@ -37,11 +37,14 @@ class EncoderCache:
         return cls(mx.zeros((d.layers, left, d.d_model)), mx.zeros((d.layers, d.conv_kernel - 1, d.d_model)), 0)
 
 
-def stream_step(encoder: FastConformer, mel: mx.array, cache: EncoderCache, context: tuple[int, int],
-                drop: int) -> tuple[mx.array, EncoderCache]:
-    """mel (frames, n_mels): the subsampling's input for one chunk; ``drop``: leading subsampled frames that belong
-    to the previous chunk. -> the chunk's encoded frames (T, d_model) and the new cache."""
-    x = encoder.subsampling(mel[None])[0, drop:]
+def stream_step(encoder: FastConformer, mel: mx.array, cache: EncoderCache, context: tuple[int, int] | None,
+                first: int, last: int | None = None) -> tuple[mx.array, EncoderCache]:
+    """mel (frames, n_mels): the subsampling's input for one chunk; its subsampled frames ``first`` to ``last``
+    (the end if None) are the chunk's, those before belong to the previous chunk. With ``context`` NeMo's
+    chunked-limited mask applies within the chunk; without, every chunk frame attends to the whole chunk and the
+    cache (the reference server's rule; the same wherever a chunk is no longer than right + 1 frames). -> the
+    chunk's encoded frames (T, d_model) and the new cache."""
+    x = encoder.subsampling(mel[None])[0, first:last]
     if encoder.d.xscaling:
         x = x * math.sqrt(encoder.d.d_model)
     t, left = x.shape[0], cache.channel.shape[1]
@@ -57,12 +60,15 @@ def stream_step(encoder: FastConformer, mel: mx.array, cache: EncoderCache, cont
     return x, out
 
 
-def _mask(t: int, left: int, filled: int, context: tuple[int, int]) -> mx.array:
-    """(t, left + t) additive: the chunked-limited mask on the [cache | chunk] axis, the empty slots masked."""
-    size = context[1] + 1
+def _mask(t: int, left: int, filled: int, context: tuple[int, int] | None) -> mx.array:
+    """(t, left + t) additive: the empty cache slots masked, and with ``context`` the chunked-limited mask on the
+    [cache | chunk] axis."""
     keys = mx.arange(left + t)
-    apart = (left + mx.arange(t))[:, None] // size - keys[None, :] // size
-    allowed = (apart >= 0) & (apart <= context[0] // size) & (keys >= left - filled)[None, :]
+    allowed = mx.broadcast_to((keys >= left - filled)[None, :], (t, left + t))
+    if context is not None:
+        size = context[1] + 1
+        apart = (left + mx.arange(t))[:, None] // size - keys[None, :] // size
+        allowed = allowed & (apart >= 0) & (apart <= context[0] // size)
     return mx.where(allowed, 0.0, -math.inf)
 
 

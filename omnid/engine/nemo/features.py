@@ -103,16 +103,18 @@ def _filterbank_t(front: FrontEnd) -> np.ndarray:
 
 
 class MelStream:
-    """NeMo's unnormalised log-mel of a growing signal (its model's ``n // hop`` frames). Frame i is centred on
+    """NeMo's unnormalised log-mel of a growing signal (its model's ``n // hop`` frames, or with ``keep_last`` all
+    ``1 + n // hop`` STFT frames, as the reference server's streams take them). Frame i is centred on
     sample i * hop; it is final once the samples up to i * hop + n_fft / 2 have come (``ready``), and ``take`` computes
     frames only then, in the blocks it is asked for: the same blocks give the same numbers however the samples were
     split. ``finish`` declares the end: the frames left, up to n // hop, see the zero padding after the last
     sample. Holds the pre-emphasised samples from the next frame's window on: less than a block's worth."""
 
-    def __init__(self, front: FrontEnd):
+    def __init__(self, front: FrontEnd, keep_last: bool = False):
         if front.normalize != "NA":
             raise ValueError("a streamed log-mel cannot be normalised over the whole signal")
         self.front = front
+        self.keep_last = keep_last
         self.samples = 0  # samples pushed
         self.done = 0  # frames taken
         self.finished = False
@@ -138,12 +140,12 @@ class MelStream:
     @property
     def total(self) -> int | None:
         """All the frames there will be, once finished."""
-        return self.samples // self.front.hop_length if self.finished else None
+        return frames(self.samples, self.front, self.keep_last) if self.finished else None
 
     def ready(self) -> int:
         """Frames final and not yet taken."""
         if self.finished:
-            return self.samples // self.front.hop_length - self.done
+            return frames(self.samples, self.front, self.keep_last) - self.done
         half, hop = self.front.n_fft // 2, self.front.hop_length
         final = (self.samples - half) // hop + 1 if self.samples >= half else 0
         return max(0, min(final, self.samples // hop) - self.done)
