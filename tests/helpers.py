@@ -166,6 +166,28 @@ def nemo_with(source: Path, tmp_path: Path, yaml_edit=None, state_edit=None, mem
     return out
 
 
+DELETED = object()  # nemo_with_value's value that removes the key
+
+
+def nemo_with_value(source: Path, tmp_path: Path, *path: str, value: object) -> Path:
+    """A copy of the .nemo ``source`` with one config value changed (``path``: its keys, outermost first), or
+    removed (``value=DELETED``)."""
+    import yaml
+
+    def edit(text: str) -> str:
+        cfg = yaml.safe_load(text)
+        node = cfg
+        for key in path[:-1]:
+            node = node[key]
+        if value is DELETED:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+        return yaml.safe_dump(cfg)
+
+    return nemo_with(source, tmp_path, yaml_edit=edit)
+
+
 async def openai_manual_turn(ws_url: str, model: str, audio: np.ndarray) -> tuple[list[str], dict]:
     """One manual turn in the OpenAI dialect at twice real time: its deltas, and its completed event."""
     import websockets

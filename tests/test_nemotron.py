@@ -14,7 +14,7 @@ import pytest
 
 from omnid.engine.nemotron.checkpoint import load
 from omnid.engine.nemotron.model import Nemotron
-from tests.helpers import nemo_goldens
+from tests.helpers import DELETED, nemo_goldens, nemo_with_value
 
 GOLDENS = Path(__file__).parent / "goldens" / "nemotron_tiny"
 CLIPS = ("short", "ljspeech", "librispeech", "long")
@@ -251,3 +251,106 @@ def test_the_stream_does_not_depend_on_how_the_audio_was_split(pieces: list[int]
     assert len(chunks) == len(whole_chunks)
     assert all(np.array_equal(a, b) for a, b in zip(chunks, whole_chunks, strict=True))
     assert tokens == whole_tokens and tokens
+
+
+@cache
+def mlx_folder() -> Path:
+    """The golden .nemo converted to the mlx-community layout (omnid.engine.nemotron.convert), once per run."""
+    import tempfile
+
+    from omnid.engine.nemotron.convert import to_mlx_folder
+
+    return to_mlx_folder(GOLDENS / "nemotron.nemo", Path(tempfile.mkdtemp(prefix="nemotron-mlx-")) / "model")
+
+
+def test_the_mlx_community_folder_holds_the_nemos_model() -> None:
+    """Converted and read back: every tensor the .nemo's (each LSTM layer's two biases arrive summed), the same
+    configuration, contexts, prompts and vocabulary."""
+    nemo, folder = load(GOLDENS / "nemotron.nemo"), load(mlx_folder())
+    assert folder.dims == nemo.dims and folder.streaming == nemo.streaming and folder.front == nemo.front
+    assert folder.vocabulary.pieces == nemo.vocabulary.pieces
+    assert set(folder.weights) == set(nemo.weights)
+    rnn = "decoder.prediction.dec_rnn.lstm."
+    for name, want in nemo.weights.items():
+        if name.startswith(rnn + "bias_"):
+            continue
+        assert np.array_equal(folder.weights[name], want), name
+    for layer in range(nemo.dims.pred_layers):
+        both = nemo.weights[f"{rnn}bias_ih_l{layer}"] + nemo.weights[f"{rnn}bias_hh_l{layer}"]
+        assert np.array_equal(folder.weights[f"{rnn}bias_ih_l{layer}"] + folder.weights[f"{rnn}bias_hh_l{layer}"], both)
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_mlx_audio_gives_the_reference_streams_tokens(clip: str) -> None:
+    """mlx-audio 0.6.2's nemotron_asr on the same weights (the mlx-community folder, loaded strictly), its own
+    front end and streaming loop (the reference server's rule): the tokens of omnid's stream at every chunk size."""
+    import mlx.core as mx
+
+    from omnid.engine.nemotron.stream import Stream
+    from tests.nemotron_reference import load as load_reference
+
+    reference = load_reference(mlx_folder())
+    m = model()
+    for right in RIGHTS:
+        stream = Stream(m, right + 1, m.streaming.prompts["en-US"])
+        stream.push(audio(clip))
+        stream.finish()
+        result = reference.generate(mx.array(audio(clip)), language="en-US", att_context_size=[meta()["left"], right])
+        theirs = [t.id for sentence in result.sentences for t in sentence.tokens]
+        assert [t.id for t in stream.tokens] == theirs, right
+        assert theirs
+
+
+def _edited(tmp_path: Path, *path: str, value: object) -> Path:
+    """The golden checkpoint with one config value changed (``path``: its keys, outermost first) or removed."""
+    return nemo_with_value(GOLDENS / "nemotron.nemo", tmp_path, *path, value=value)
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    (("model_defaults", "prompt_dictionary"), DELETED, "prompt_dictionary is missing"),
+    (("model_defaults", "prompt_dictionary"), {"en-US": 9}, "prompt 'en-US' has index 9; num_prompts is 8"),
+    (("encoder", "att_context_size"), [[56, "13"]], "att_context_size must be"),
+    (("encoder", "conv_norm_type"), "batch_norm", "conv_norm_type is 'batch_norm'; only 'layer_norm'"),
+    (("encoder", "causal_downsampling"), False, "causal_downsampling is False"),
+    (("encoder", "n_layers"), 3, r"missing tensor encoder\.layers\.2\."),
+    (("num_prompts",), 4, r"prompt_kernel\.0\.weight has shape"),
+])
+def test_a_broken_checkpoint_is_refused_at_load_naming_the_file_and_the_key(
+        tmp_path: Path, path: tuple[str, ...], value: object, message: str) -> None:
+    from omnid.engine.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match=message) as refused:
+        load(_edited(tmp_path, *path, value=value))
+    assert "edited.nemo" in str(refused.value)
+
+
+def test_a_broken_mlx_folder_is_refused_at_load(tmp_path: Path) -> None:
+    """A reflect-padded front end (mlx-audio's default), quantized weights, a missing tensor."""
+    import json
+    import shutil
+
+    import mlx.core as mx
+
+    from omnid.engine.errors import CheckpointError
+
+    def folder(edit_config=None, drop: str | None = None) -> Path:
+        out = tmp_path / f"f{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(mlx_folder(), out)
+        config = json.loads((out / "config.json").read_text())
+        if edit_config:
+            edit_config(config)
+        (out / "config.json").write_text(json.dumps(config))
+        if drop:
+            tensors = dict(mx.load(str(out / "model.safetensors")))
+            del tensors[drop]
+            mx.save_safetensors(str(out / "model.safetensors"), tensors)
+        return out
+
+    with pytest.raises(CheckpointError, match="pad_mode 'reflect'"):
+        load(folder(lambda c: c["preprocessor"].update(pad_mode="reflect")))
+    with pytest.raises(CheckpointError, match="quantized"):
+        load(folder(lambda c: c.update(quantization={"bits": 4})))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: missing tensor prompt_kernel\.2\.bias"):
+        load(folder(drop="prompt_kernel.2.bias"))
+    with pytest.raises(CheckpointError, match="default_att_context_size"):
+        load(folder(lambda c: c.update(default_att_context_size=[56, 5])))

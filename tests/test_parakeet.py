@@ -12,13 +12,12 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
-import yaml
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.nemo import timestamps
 from omnid.engine.parakeet.checkpoint import load
 from omnid.engine.parakeet.model import Parakeet
-from tests.helpers import nemo_goldens, nemo_with
+from tests.helpers import nemo_goldens, nemo_with, nemo_with_value
 
 GOLDENS = Path(__file__).parent / "goldens" / "parakeet_tiny"
 KINDS = ("tdt", "rnnt", "hybrid")
@@ -103,15 +102,7 @@ def test_a_checkpoint_without_ctc_refuses_a_ctc_decode() -> None:
 
 def _with(tmp_path: Path, *path: str, value: object) -> Path:
     """The TDT checkpoint with one config value changed (``path``: its keys, outermost first)."""
-    def edit(text: str) -> str:
-        cfg = yaml.safe_load(text)
-        node = cfg
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
-        return yaml.safe_dump(cfg)
-
-    return nemo_with(GOLDENS / "tdt.nemo", tmp_path, yaml_edit=edit)
+    return nemo_with_value(GOLDENS / "tdt.nemo", tmp_path, *path, value=value)
 
 
 def test_a_config_that_disagrees_with_the_weights_fails_at_load_naming_the_tensor(tmp_path: Path) -> None:

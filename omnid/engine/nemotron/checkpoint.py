@@ -10,15 +10,25 @@ from its config, never from defaults.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omnid.engine.errors import CheckpointError
+from omnid.engine.json_file import read_json_object
 from omnid.engine.nemo import archive
 from omnid.engine.nemo.features import FrontEnd
 from omnid.engine.nemo.tokenizer import Vocabulary
-from omnid.engine.parakeet.checkpoint import Dims, check_vocabulary, expected_shapes, model_config, nemo_weights
+from omnid.engine.parakeet.checkpoint import (
+    DEFAULT_MAX_SYMBOLS,
+    Dims,
+    check_vocabulary,
+    expected_shapes,
+    mlx_folder_weights,
+    model_config,
+    nemo_weights,
+)
 from omnid.engine.pins import verify
 from omnid.engine.tensor_file import check_shapes
 
@@ -55,7 +65,7 @@ def streaming_config(cfg: dict, source: Path) -> Streaming:
     defaults = archive.section(cfg, "model_defaults", source)
     raw = enc.get("att_context_size")
     pairs = raw if isinstance(raw, list) and raw and isinstance(raw[0], list) else [raw]
-    contexts = []
+    contexts: list[tuple[int, int]] = []
     for pair in pairs:
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
                                                                   for x in pair) and pair[0] >= 0 and pair[1] >= 0):
@@ -72,14 +82,22 @@ def streaming_config(cfg: dict, source: Path) -> Streaming:
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < num_prompts:
             raise CheckpointError(f"{source}: prompt {key!r} has index {index!r}; num_prompts is {num_prompts}")
     default = defaults.get("default_language", cfg.get("default_language"))
-    if default is not None and default not in prompts:
-        raise CheckpointError(f"{source}: default_language {default!r} is not in the prompt dictionary")
+    # A default that is not a prompt (mlx-audio's converter writes "auto" whatever the dictionary holds) leaves
+    # the reference's fallback, the prompt with index 0.
+    default = default if isinstance(default, str) and default in prompts else None
+    preferred = defaults.get("default_att_context_size", cfg.get("default_att_context_size"))
+    if preferred is not None:
+        if not (isinstance(preferred, list) and tuple(preferred) in contexts):
+            raise CheckpointError(f"{source}: default_att_context_size {preferred!r} is not one of the encoder's "
+                                  f"att_context_size {raw!r}")
+        contexts.remove(tuple(preferred))
+        contexts.insert(0, tuple(preferred))
     return Streaming(tuple(contexts), {str(k): int(v) for k, v in prompts.items()}, num_prompts, default)
 
 
-def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
-    """A Nemotron streaming ``.nemo``: its config, tokenizer and weights, each tensor shape-checked."""
-    path = Path(path)
+def read_nemo(path: Path) -> tuple[archive.NemoFile, Dims, FrontEnd, Streaming, Vocabulary]:
+    """A Nemotron streaming ``.nemo`` read and checked: its archive (NeMo's names), the model its config describes,
+    its streaming configuration, its vocabulary."""
     if not (path.is_file() and path.suffix == ".nemo"):
         raise CheckpointError(f"{path}: not a .nemo file")
     source = Path(f"{path}:model_config.yaml")
@@ -95,8 +113,70 @@ def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
         raise CheckpointError(f"{source}: a Nemotron streaming model has an RNN-T decoder only")
     vocabulary = Vocabulary.from_sentencepiece(nemo.artifacts["tokenizer.model"], f"{path}:tokenizer.model")
     check_vocabulary(vocabulary, dims, f"{path}:tokenizer.model")
-    weights = nemo_weights(nemo, front, path)
-    check_shapes(weights, shapes(dims, streaming), path)
+    return nemo, dims, front, streaming, vocabulary
+
+
+def is_mlx_folder(path: Path) -> bool:
+    """mlx-community's layout (mlx-audio's nemotron_asr): config.json naming model_type nemotron_asr."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("model_type") == "nemotron_asr"
+
+
+def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
+    """A Nemotron streaming ``.nemo`` or mlx-community folder: config, tokenizer and weights, each tensor
+    shape-checked, naming the file and the tensor."""
+    path = Path(path)
+    if path.is_dir():
+        if not is_mlx_folder(path):
+            raise CheckpointError(f"{path}: not a Nemotron folder (config.json with model_type nemotron_asr, "
+                                  "model.safetensors)")
+        ckpt = _load_mlx(path)
+    else:
+        nemo, dims, front, streaming, vocabulary = read_nemo(path)
+        weights = nemo_weights(nemo, front, path)
+        check_shapes(weights, shapes(dims, streaming), path)
+        ckpt = Checkpoint(path, front, dims, streaming, vocabulary, weights, [path])
     if pins:
-        verify([path], pins)
-    return Checkpoint(path, front, dims, streaming, vocabulary, weights, [path])
+        verify(ckpt.files, pins)
+    return ckpt
+
+
+def _load_mlx(folder: Path) -> Checkpoint:
+    """mlx-audio's config (its converter's keys) read as the NeMo config it came from; the weights as Parakeet's
+    mlx-community folders hold them (float16, bfloat16 or float32; computed in float32)."""
+    config_path, weights_path = folder / "config.json", folder / "model.safetensors"
+    config = read_json_object(config_path)
+    if not weights_path.is_file():
+        raise CheckpointError(f"{folder}: model.safetensors is missing")
+    if config.get("quantization") is not None:
+        raise CheckpointError(f"{config_path}: quantized weights are not supported; convert in float16 or float32")
+    for key in ("preprocessor", "encoder", "prompt", "decoder", "joint"):
+        if not isinstance(config.get(key), dict):
+            raise CheckpointError(f"{config_path}: {key} must be an object")
+    dec, joint, prompt = config["decoder"], config["joint"], config["prompt"]
+    nemo_config = {
+        "preprocessor": config["preprocessor"], "encoder": config["encoder"],
+        "decoder": {"vocab_size": dec.get("vocab_size"), "blank_as_pad": dec.get("blank_as_pad", True),
+                    "prednet": {k: dec.get(k) for k in ("pred_hidden", "pred_rnn_layers")}},
+        "joint": {"jointnet": {k: joint.get(k) for k in ("joint_hidden", "activation")}},
+        "decoding": {"greedy": {"max_symbols": config.get("max_symbols", DEFAULT_MAX_SYMBOLS)}},
+        "model_defaults": {"prompt_dictionary": prompt.get("prompt_dictionary"), "num_prompts": prompt.get("num_prompts"),
+                           "default_language": config.get("default_language"),
+                           "default_att_context_size": config.get("default_att_context_size")},
+    }
+    if config["preprocessor"].get("pad_mode", "constant") != "constant":
+        raise CheckpointError(f"{config_path}: preprocessor.pad_mode {config['preprocessor']['pad_mode']!r}; NeMo's "
+                              "STFT pads with zeros (constant)")
+    dims, front = model_config(nemo_config, config_path, streaming=True)
+    streaming = streaming_config(nemo_config, config_path)
+    pieces = config.get("vocabulary")
+    if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
+        raise CheckpointError(f"{config_path}: vocabulary must be a list of strings")
+    vocabulary = Vocabulary.from_pieces(pieces)
+    check_vocabulary(vocabulary, dims, f"{config_path}: vocabulary")
+    weights = mlx_folder_weights(weights_path)
+    check_shapes(weights, shapes(dims, streaming), weights_path)
+    return Checkpoint(folder, front, dims, streaming, vocabulary, weights, [config_path, weights_path])

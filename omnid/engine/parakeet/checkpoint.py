@@ -213,10 +213,24 @@ def _load_mlx(folder: Path) -> Checkpoint:
         raise CheckpointError(f"{config_path}: joint.vocabulary must be a list of strings")
     vocabulary = Vocabulary.from_pieces(pieces)
     check_vocabulary(vocabulary, dims, f"{config_path}: joint.vocabulary")
+    weights = mlx_folder_weights(weights_path)
+    check_shapes(weights, expected_shapes(dims), weights_path)
+    return Checkpoint(folder, "mlx", front, dims, vocabulary, weights, [config_path, weights_path])
+
+
+# A cache-aware streaming encoder's switches (Nemotron's), where Parakeet's are NeMo's offline defaults.
+STREAMING = {"conv_norm_type": "layer_norm", "causal_downsampling": True, "conv_context_size": "causal",
+             "att_context_style": "chunked_limited"}
+OFFLINE = {"conv_norm_type": "batch_norm", "causal_downsampling": False}
+
+
+def mlx_folder_weights(weights_path: Path) -> dict[str, Any]:
+    """An mlx-community ``model.safetensors`` (NeMo's names, MLX's convolution layouts, each LSTM layer as Wx, Wh
+    and one bias: NeMo's two summed) as float32 under this package's names, each tensor freed once converted."""
     weights: dict[str, Any] = {}
     rnn = "decoder.prediction.dec_rnn.lstm."
     tensors = read_tensors(weights_path)
-    for name in list(tensors):  # each freed once converted: one copy of the weights held, not two
+    for name in list(tensors):
         array = np.array(tensors.pop(name).astype(mx.float32))
         if name.startswith("encoder."):
             weights["encoder." + encoder_name(name.removeprefix("encoder."))] = array
@@ -232,14 +246,7 @@ def _load_mlx(folder: Path) -> Checkpoint:
             weights[name] = array[:, 0, :]  # the 1x1 convolution (O, 1, I) as a linear map
         else:
             weights[name] = array
-    check_shapes(weights, expected_shapes(dims), weights_path)
-    return Checkpoint(folder, "mlx", front, dims, vocabulary, weights, [config_path, weights_path])
-
-
-# A cache-aware streaming encoder's switches (Nemotron's), where Parakeet's are NeMo's offline defaults.
-STREAMING = {"conv_norm_type": "layer_norm", "causal_downsampling": True, "conv_context_size": "causal",
-             "att_context_style": "chunked_limited"}
-OFFLINE = {"conv_norm_type": "batch_norm", "causal_downsampling": False}
+    return weights
 
 
 def model_config(cfg: dict, source: Path, streaming: bool = False) -> tuple[Dims, FrontEnd]:

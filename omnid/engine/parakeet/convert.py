@@ -28,9 +28,16 @@ def to_mlx_folder(path: Path, out: Path) -> Path:
     read, _, _, vocabulary = read_nemo(nemo)  # refuses what omnid would refuse
     config = dict(read.config)
     config["joint"] = {**config["joint"], "vocabulary": list(vocabulary.pieces)}
+    save_folder(out, config, mlx_tensors(read.state))
+    return out
+
+
+def mlx_tensors(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A NeMo state dict in the mlx-community layout: NeMo's names, convolutions channels-last, each LSTM layer as
+    Wx, Wh and one bias; no front-end buffers."""
     tensors: dict[str, np.ndarray] = {}
     lstm: dict[tuple[str, str], dict[str, np.ndarray]] = {}
-    for name, t in read.state.items():
+    for name, t in state.items():
         if name.startswith("preprocessor.") or name.endswith("num_batches_tracked"):
             continue
         t = t.astype(np.float32)
@@ -43,7 +50,10 @@ def to_mlx_folder(path: Path, out: Path) -> Path:
         tensors[f"{prefix}.{layer}.Wx"] = parts["weight_ih"]
         tensors[f"{prefix}.{layer}.Wh"] = parts["weight_hh"]
         tensors[f"{prefix}.{layer}.bias"] = parts["bias_ih"] + parts["bias_hh"]
+    return tensors
+
+
+def save_folder(out: Path, config: dict, tensors: dict[str, np.ndarray]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     mx.save_safetensors(str(out / "model.safetensors"), {k: mx.array(np.ascontiguousarray(v)) for k, v in tensors.items()})
-    return out
