@@ -155,7 +155,7 @@ class DiarizationConfig(msgspec.Struct, forbid_unknown_fields=True):
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
     id: str
-    kind: Literal["whisper", "qwen3_asr", "parakeet", "sortformer", "qwen3_forced_aligner"] = "whisper"
+    kind: Literal["whisper", "qwen3_asr", "parakeet", "nemotron", "sortformer", "qwen3_forced_aligner"] = "whisper"
     path: str = ""
     package: str = ""
     # A qwen3_asr model's forced aligner (the id of a qwen3_forced_aligner model): it times the transcripts.

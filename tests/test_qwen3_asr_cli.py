@@ -18,7 +18,7 @@ def test_transcribe_takes_a_checkpoint_folder_and_tells_its_kind(tmp_path):
     refused = omnid("transcribe", "--model", str(TINY), "--language", "sw", str(wav))
     assert refused.returncode == 2 and "does not transcribe 'sw'" in refused.stderr
     empty = omnid("transcribe", "--model", str(tmp_path), str(wav))
-    assert empty.returncode == 2 and "holds no Whisper, Qwen3-ASR or Parakeet checkpoint" in empty.stderr
+    assert empty.returncode == 2 and "holds no Whisper, Qwen3-ASR, Parakeet or Nemotron checkpoint" in empty.stderr
 
 
 def test_eval_scores_english_wer_and_chinese_cer_per_table(corpus):

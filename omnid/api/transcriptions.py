@@ -144,8 +144,12 @@ def parse(form: Form, services) -> Request:
 def _language(raw: str | None, runtime: EngineRuntime[TranscriptionEngine]) -> str | None:
     """The language asked for, or None (detect) when the model does not know it: the reference servers detect
     rather than refuse, and the response says which language was used."""
-    language = requested_language(raw, runtime.engine.capabilities.languages)
+    can = runtime.engine.capabilities
+    language = requested_language(raw, can.languages)
     if language is None and raw is not None and raw.strip():
+        if can.refuses_unknown_language:
+            raise invalid("language", f"model {runtime.name} does not transcribe {shown(raw)!r}; it takes "
+                                      f"{', '.join(can.languages)}")
         log.info("language_detected_instead", model=runtime.name, requested=shown(raw))
     return language
 

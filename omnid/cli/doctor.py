@@ -10,6 +10,7 @@ from pathlib import Path
 from omnid import blas
 from omnid.config import Config, ConfigError, config_dir, load_pins, model_folder
 from omnid.engine.errors import CheckpointError
+from omnid.engine.nemotron.checkpoint import is_mlx_folder as is_nemotron_folder
 from omnid.engine.parakeet.checkpoint import is_mlx_folder, nemo_file, transformers_architecture
 from omnid.engine.pins import sha256
 from omnid.engine.whisper.checkpoint import detect_format
@@ -71,6 +72,12 @@ def _layout(kind: str, path: Path) -> str:
             return "nemo"
         raise CheckpointError(f"{path}: no Parakeet checkpoint (a .nemo file, an mlx-community folder or a "
                               "transformers folder)")
+    if kind == "nemotron":
+        if path.is_dir() and is_nemotron_folder(path):
+            return "mlx"
+        if nemo_file(path) is not None:
+            return "nemo"
+        raise CheckpointError(f"{path}: no Nemotron checkpoint (a .nemo file or an mlx-community folder)")
     if not path.exists():
         raise CheckpointError(f"{path}: missing")
     return "nemo" if path.suffix == ".nemo" else "folder"

@@ -13,6 +13,7 @@ from omnid.audio import AudioDecodeError, decode_audio
 from omnid.cli.progress import Progress
 from omnid.config import Config, ConfigError, ModelConfig
 from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.nemotron.checkpoint import is_nemotron
 from omnid.engine.parakeet.checkpoint import is_parakeet
 from omnid.engine.qwen3_asr.checkpoint import is_qwen3_asr
 from omnid.engine.whisper.engine import TranscribeOptions
@@ -31,7 +32,9 @@ from omnid.runtime.scheduler import EngineRuntime
 
 
 def folder_model(folder: Path) -> ModelConfig:
-    """A checkpoint folder (or a Parakeet .nemo file) given as --model: its kind told by its files."""
+    """A checkpoint folder (or a Parakeet or Nemotron .nemo file) given as --model: its kind told by its files."""
+    if is_nemotron(folder):
+        return ModelConfig(id=folder.stem if folder.is_file() else folder.name, kind="nemotron", path=str(folder))
     if is_parakeet(folder):
         return ModelConfig(id=folder.stem if folder.is_file() else folder.name, kind="parakeet", path=str(folder))
     if folder.is_dir() and is_qwen3_asr(folder):
@@ -39,7 +42,7 @@ def folder_model(folder: Path) -> ModelConfig:
     if folder.is_dir() and any((folder / name).exists()
                                for name in ("model.bin", "weights.safetensors", "weights.npz", "model.safetensors")):
         return ModelConfig(id=folder.name, kind="whisper", path=str(folder))
-    raise ConfigError(f"--model: {folder} holds no Whisper, Qwen3-ASR or Parakeet checkpoint")
+    raise ConfigError(f"--model: {folder} holds no Whisper, Qwen3-ASR, Parakeet or Nemotron checkpoint")
 
 
 async def start_model(config: Config, model_id: str | None, aligner: str | None = None

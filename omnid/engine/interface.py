@@ -34,6 +34,9 @@ class Capabilities:
     language_names: Mapping[str, str] | None = None
     # The longest audio it takes in one request, where it has its own limit (None: the daemon's).
     max_audio_s: float | None = None
+    # A language it does not know is refused (Nemotron: the language picks a prompt it must have), where the
+    # others decode in a language they detect instead, as the reference servers do.
+    refuses_unknown_language: bool = False
 
 
 @dataclass(frozen=True)

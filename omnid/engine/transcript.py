@@ -38,3 +38,13 @@ class Transcript:
     duration: float
     generated_tokens: int
     finish_reason: str
+
+
+def after_prefix(text: str, prefix: str) -> str:
+    """A decode's text made to start with ``prefix`` (the words a realtime final has already sent as append-only
+    deltas): the prefix, then the decode's words past as many words as the prefix has (a transducer cannot be
+    forced to continue a text)."""
+    sent = prefix.strip()
+    if not sent or text.startswith(sent):
+        return text
+    return " ".join([sent, *text.split()[len(sent.split()) :]])

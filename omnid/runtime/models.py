@@ -17,6 +17,7 @@ from omnid.config import (
 )
 from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import TranscriptionEngine
+from omnid.engine.nemotron.engine import NemotronEngine
 from omnid.engine.parakeet.engine import ParakeetEngine, ParakeetOptions
 from omnid.engine.qwen3_aligner.engine import Qwen3AlignerEngine
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
@@ -67,11 +68,18 @@ def parakeet_engine(model: ModelConfig, config: Config) -> Callable[[], Transcri
     return named(path, lambda: ParakeetEngine(model.id, path, pins, options))
 
 
+def nemotron_engine(model: ModelConfig, config: Config) -> Callable[[], TranscriptionEngine]:
+    path = model_folder(model)
+    pins = load_pins().get(model.id, {})
+    return named(path, lambda: NemotronEngine(model.id, path, pins))
+
+
 # How each kind of model in the configuration becomes an engine.
 ENGINES: dict[str, Callable[[ModelConfig, Config], Callable[[], TranscriptionEngine]]] = {
     "whisper": lambda model, _config: whisper_engine(model),
     "qwen3_asr": qwen3_asr_engine,
     "parakeet": parakeet_engine,
+    "nemotron": nemotron_engine,
 }
 
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from omnid.audio import SAMPLE_RATE
 from omnid.engine.nemo.tokenizer import SPACE, Vocabulary
 from omnid.engine.nemo.transducer import Token
+from omnid.engine.transcript import Segment, Word
 
 SEGMENT_DELIMITERS = (".", "?", "!")
 
@@ -122,4 +124,31 @@ def segments(word_spans: list[Span], delimiters: tuple[str, ...] = SEGMENT_DELIM
     if pending:
         out.append(Span(" ".join(pending), word_spans[first].start_offset, word_spans[-1].end_offset,
                         word_spans[first].first, word_spans[-1].last))
+    return out
+
+
+HOP_LENGTH = 160  # samples per mel frame (NeMo's 10 ms window stride); an encoder frame is SUBSAMPLING of them
+SUBSAMPLING = 8
+
+
+def transcript_segments(tokens: list[Token], vocab: Vocabulary, start: int, first_id: int,
+                        ctc: bool = False) -> list[Segment]:
+    """NeMo's segments of a decode's tokens, each with its words, on a file's timeline (``start``: the sample the
+    decoded audio starts at), numbered from ``first_id``."""
+    offset = start / SAMPLE_RATE
+
+    def seconds(span: Span) -> tuple[float, float]:
+        begin, end = span.seconds(HOP_LENGTH / SAMPLE_RATE, SUBSAMPLING)
+        return round(offset + begin, 3), round(offset + end, 3)
+
+    spans = words(token_spans(tokens, vocab, ctc=ctc), vocab)
+    out: list[Segment] = []
+    w = 0
+    for seg in segments(spans):
+        timed = []
+        while w < len(spans) and spans[w].last <= seg.last:  # a segment is a run of consecutive words
+            timed.append(Word(spans[w].text, *seconds(spans[w]), 1.0))  # NeMo gives no probability
+            w += 1
+        out.append(Segment(first_id + len(out), start // HOP_LENGTH, *seconds(seg), seg.text,
+                           [t.id for t in tokens[seg.first : seg.last]], 0.0, 0.0, 0.0, 0.0, timed))
     return out

@@ -27,7 +27,10 @@ from omnid.engine.parakeet.checkpoint import (
     expected_shapes,
     mlx_folder_weights,
     model_config,
+    nemo_config,
+    nemo_file,
     nemo_weights,
+    prompted,
 )
 from omnid.engine.pins import verify
 from omnid.engine.tensor_file import check_shapes
@@ -116,6 +119,16 @@ def read_nemo(path: Path) -> tuple[archive.NemoFile, Dims, FrontEnd, Streaming, 
     return nemo, dims, front, streaming, vocabulary
 
 
+def is_nemotron(path: Path) -> bool:
+    """Whether a path holds a Nemotron streaming checkpoint: a ``.nemo`` (or a folder holding exactly one) whose
+    config has a prompt dictionary, or an mlx-community folder."""
+    path = Path(path)
+    if path.is_dir() and is_mlx_folder(path):
+        return True
+    config = nemo_config(path)
+    return config is not None and prompted(config)
+
+
 def is_mlx_folder(path: Path) -> bool:
     """mlx-community's layout (mlx-audio's nemotron_asr): config.json naming model_type nemotron_asr."""
     try:
@@ -129,12 +142,14 @@ def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
     """A Nemotron streaming ``.nemo`` or mlx-community folder: config, tokenizer and weights, each tensor
     shape-checked, naming the file and the tensor."""
     path = Path(path)
-    if path.is_dir():
-        if not is_mlx_folder(path):
-            raise CheckpointError(f"{path}: not a Nemotron folder (config.json with model_type nemotron_asr, "
-                                  "model.safetensors)")
+    if path.is_dir() and is_mlx_folder(path):
         ckpt = _load_mlx(path)
     else:
+        nemo_path = nemo_file(path)
+        if nemo_path is None:
+            raise CheckpointError(f"{path}: not a Nemotron .nemo file, a folder holding exactly one, or an "
+                                  "mlx-community folder (config.json with model_type nemotron_asr, model.safetensors)")
+        path = nemo_path
         nemo, dims, front, streaming, vocabulary = read_nemo(path)
         weights = nemo_weights(nemo, front, path)
         check_shapes(weights, shapes(dims, streaming), path)

@@ -93,15 +93,28 @@ def is_parakeet(path: Path) -> bool:
     path = Path(path)
     if path.is_dir() and (is_mlx_folder(path) or transformers_architecture(path)):
         return True
+    config = nemo_config(path)
+    if config is None:
+        return False
+    return isinstance(config.get("joint"), dict) and isinstance(config.get("decoder"), dict) and not prompted(config)
+
+
+def nemo_config(path: Path) -> dict | None:
+    """The config of the ``.nemo`` a path names (the file, or the one in a folder), or None where there is none."""
     nemo = nemo_file(path)
     if nemo is None:
-        return False
+        return None
     try:
         with tarfile.open(nemo, "r:*") as tar:
-            config = archive.read_yaml(tar, archive.members(tar, nemo)["model_config.yaml"], nemo)
-    except (CheckpointError, tarfile.TarError, OSError, EOFError):
-        return False
-    return isinstance(config.get("joint"), dict) and isinstance(config.get("decoder"), dict)
+            return archive.read_yaml(tar, archive.members(tar, nemo)["model_config.yaml"], nemo)
+    except (CheckpointError, tarfile.TarError, OSError, EOFError, KeyError):
+        return None
+
+
+def prompted(config: dict) -> bool:
+    """A prompt model's config (Nemotron's): a prompt dictionary in its model defaults."""
+    defaults = config.get("model_defaults")
+    return isinstance(defaults, dict) and isinstance(defaults.get("prompt_dictionary"), dict)
 
 
 def is_mlx_folder(path: Path) -> bool:

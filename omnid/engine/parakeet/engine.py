@@ -23,13 +23,11 @@ from omnid.engine.nemo.transducer import Token
 from omnid.engine.parakeet.checkpoint import load
 from omnid.engine.parakeet.chunks import chunk_spans, silent
 from omnid.engine.parakeet.model import Parakeet
-from omnid.engine.transcript import Segment, Transcript, Word
+from omnid.engine.transcript import Segment, Transcript, after_prefix
 from omnid.engine.whisper.engine import TranscribeOptions
 
 log = structlog.get_logger(__name__)
 Check = Callable[[], None]
-HOP_LENGTH = 160
-SUBSAMPLING = 8
 MAX_TOKENS = 4096  # what a request's max_new_tokens is held to (a transducer has no token budget)
 # Parakeet v3's 25 European languages (v2 is English only, with a 1024-piece vocabulary).
 V3_LANGUAGES = ("bg", "hr", "cs", "da", "nl", "en", "et", "fi", "fr", "de", "el", "hu", "it", "lv", "lt", "mt", "pl",
@@ -128,12 +126,7 @@ class ParakeetEngine:
         """The clip's text; with ``prefix`` (the words a realtime final has already sent as append-only deltas) a
         text that starts with it: the prefix, then the decode's words past as many words as the prefix has (a
         transducer cannot be forced to continue a text)."""
-        text = self.transcribe(audio, opts, check).text
-        sent = prefix.strip()
-        if not sent or text.startswith(sent):
-            return text
-        rest = text.split()[len(sent.split()) :]
-        return " ".join([sent, *rest])
+        return after_prefix(self.transcribe(audio, opts, check).text, prefix)
 
     def redecode(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
                  check: Check = lambda: None, final: bool = False) -> Hypothesis:
@@ -142,23 +135,5 @@ class ParakeetEngine:
         return Hypothesis(text=text, raw=text, decodes=(previous.decodes if previous else 0) + 1, language=None)
 
     def _segments(self, tokens: list[Token], start: int, first_id: int) -> list[Segment]:
-        """NeMo's segments of one chunk's tokens, each with its words, on the file's timeline (``start``: the
-        chunk's first sample), numbered from ``first_id``."""
-        vocab, offset = self.model.vocabulary, start / SAMPLE_RATE
-        stride = HOP_LENGTH / SAMPLE_RATE
-
-        def seconds(span: timestamps.Span) -> tuple[float, float]:
-            begin, end = span.seconds(stride, SUBSAMPLING)
-            return round(offset + begin, 3), round(offset + end, 3)
-
-        words = timestamps.words(timestamps.token_spans(tokens, vocab, ctc=self.ctc), vocab)
-        out: list[Segment] = []
-        w = 0
-        for seg in timestamps.segments(words):
-            timed = []
-            while w < len(words) and words[w].last <= seg.last:  # a segment is a run of consecutive words
-                timed.append(Word(words[w].text, *seconds(words[w]), 1.0))  # NeMo gives no probability
-                w += 1
-            out.append(Segment(first_id + len(out), start // HOP_LENGTH, *seconds(seg), seg.text,
-                               [t.id for t in tokens[seg.first : seg.last]], 0.0, 0.0, 0.0, 0.0, timed))
-        return out
+        """NeMo's segments of one chunk's tokens, on the file's timeline (``start``: the chunk's first sample)."""
+        return timestamps.transcript_segments(tokens, self.model.vocabulary, start, first_id, ctc=self.ctc)
