@@ -280,7 +280,7 @@ def test_the_mlx_community_folder_holds_the_nemos_model() -> None:
         assert np.array_equal(folder.weights[f"{rnn}bias_ih_l{layer}"] + folder.weights[f"{rnn}bias_hh_l{layer}"], both)
 
 
-@pytest.mark.parametrize("clip", CLIPS)
+@pytest.mark.parametrize("clip", CLIPS[:3])  # the long clip adds time, not cases: its chunks are the same kind
 def test_mlx_audio_gives_the_reference_streams_tokens(clip: str) -> None:
     """mlx-audio 0.6.2's nemotron_asr on the same weights (the mlx-community folder, loaded strictly), its own
     front end and streaming loop (the reference server's rule): the tokens of omnid's stream at every chunk size."""
