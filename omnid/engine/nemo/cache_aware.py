@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from omnid.engine.cpu_math import silu
+from omnid.engine.cpu_math import depthwise_conv1d, silu
 from omnid.engine.nemo.fastconformer import ConformerLayer, FastConformer, relative_positions
 
 
@@ -82,14 +82,12 @@ def _layer(layer: ConformerLayer, x: mx.array, pos: mx.array, mask: mx.array, ch
     conv = layer.conv
     a, gate = mx.split(conv.pointwise_conv1(layer.norm_conv(x)[None])[0], 2, axis=-1)
     glu = mx.concatenate([time, a * mx.sigmoid(gate)])
-    weight = conv.depthwise_conv.weight[:, :, 0]  # (d_model, kernel)
-    k, t = weight.shape[1], x.shape[0]
-    y = sum((glu[i : i + t] * weight[:, i] for i in range(1, k)), glu[:t] * weight[:, 0])
-    if "bias" in conv.depthwise_conv:
-        y = y + conv.depthwise_conv.bias
+    depthwise, t = conv.depthwise_conv, x.shape[0]
+    # The causal convolution over [cache | chunk]: its last t outputs read the cache where the zeros were.
+    y = depthwise_conv1d(glu[None], depthwise.weight, depthwise.bias if "bias" in depthwise else None, True)[0, -t:]
     x = x + conv.pointwise_conv2(silu(conv.norm(y))[None])[0]
     x = x + 0.5 * layer.feed_forward2(layer.norm_feed_forward2(x))
-    return layer.norm_out(x), keys[-channel.shape[0] :], glu[-(k - 1) :]
+    return layer.norm_out(x), keys[-channel.shape[0] :], glu[-time.shape[0] :]
 
 
 def _attention(layer: ConformerLayer, queries: mx.array, keys: mx.array, pos: mx.array, mask: mx.array) -> mx.array:

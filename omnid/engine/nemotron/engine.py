@@ -70,10 +70,6 @@ class NemotronEngine:
             raise EngineError(f"language {language!r} is not one of this model's prompts ({', '.join(prompts)})")
         return prompts[streaming.default_language] if streaming.default_language else 0
 
-    def stream(self, language: str | None = None, chunk: int | None = None) -> Stream:
-        """A new stream: ``chunk`` encoder frames per chunk (default: the native one)."""
-        return Stream(self.model, chunk or self.chunk, self.prompt_index(language))
-
     def transcribe(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
                    on_segment: Callable[[Segment], None] | None = None,
                    on_progress: Callable[[float, float], None] | None = None) -> Transcript:

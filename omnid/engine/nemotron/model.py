@@ -68,13 +68,13 @@ class Nemotron:
         chunks of 8 (R + 1) frames after the 9 mel frames before them (zeros where there are fewer), whose first 2
         subsampled frames are dropped; it stops when fewer than 8 new frames are left. -> each chunk's encoder output
         (before the prompt)."""
-        right = context[1]
+        right, factor = context[1], self.dims.conformer.subsampling_factor
         cache = EncoderCache.initial(self.encoder, context[0])
-        outputs, start, first = [], 0, 1 + SUBSAMPLING * right
+        outputs, start, first = [], 0, 1 + factor * right
         while start < len(mel):
-            size = first if start == 0 else SUBSAMPLING * (right + 1)
+            size = first if start == 0 else factor * (right + 1)
             chunk = mel[start : start + size]
-            if len(chunk) < (1 if start == 0 else SUBSAMPLING):
+            if len(chunk) < (1 if start == 0 else factor):
                 break
             if start:
                 before = mel[max(0, start - PRE_ENCODE_CACHE) : start]
@@ -86,6 +86,5 @@ class Nemotron:
         return outputs
 
 
-SUBSAMPLING = 8  # mel frames per encoder frame
 PRE_ENCODE_CACHE = 9  # mel frames before a chunk that its causal subsampling reads (NeMo's pre_encode_cache_size)
 DROP = 2  # the subsampled frames those 9 produce, dropped (NeMo's drop_extra_pre_encoded)

@@ -27,7 +27,7 @@ from omnid.engine.nemo.cache_aware import EncoderCache, stream_step
 from omnid.engine.nemo.fastconformer import subsampled_length
 from omnid.engine.nemo.features import MelStream
 from omnid.engine.nemo.transducer import Token
-from omnid.engine.nemotron.model import SUBSAMPLING, Nemotron
+from omnid.engine.nemotron.model import Nemotron
 
 MEL_CACHE = 16  # mel frames before a chunk that its subsampling reads (two whole encoder frames' worth)
 
@@ -48,11 +48,6 @@ class Stream:
         self._encoder = EncoderCache.initial(model.encoder, self.left)
         self._decoding = model.transducer.start()
 
-    @property
-    def frames(self) -> int:
-        """Encoder frames encoded so far (80 ms each)."""
-        return self._emitted
-
     def push(self, audio: np.ndarray) -> list[Token]:
         """New 16 kHz samples -> the tokens the chunks they complete add."""
         self.mel.push(audio)
@@ -65,7 +60,8 @@ class Stream:
 
     def _decode(self, flush: bool) -> list[Token]:
         new: list[Token] = []
-        size = SUBSAMPLING * self.chunk
+        factor = self.model.dims.conformer.subsampling_factor  # mel frames per encoder frame
+        size = factor * self.chunk
         while True:
             ready = self.mel.ready()
             if ready >= size or (flush and ready > 0):
@@ -74,10 +70,10 @@ class Stream:
                 return new
             last = flush and self.mel.ready() == 0
             window = np.concatenate([self._mel_cache, taken])
-            base = (self._consumed - len(self._mel_cache)) // SUBSAMPLING
+            base = (self._consumed - len(self._mel_cache)) // factor
             self._consumed += len(taken)
             low = self._emitted - base
-            high = subsampled_length(len(window), causal=True) if last else self._consumed // SUBSAMPLING - base
+            high = subsampled_length(len(window), causal=True) if last else self._consumed // factor - base
             self._mel_cache = window[-MEL_CACHE:]
             if high <= low:
                 self._emitted = base + max(low, high)
