@@ -80,6 +80,8 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
     max_segment_s: float = 30.0
     # Audio one connection may send in total.
     max_session_s: float = 14400.0
+    # Audio one session on a cache-aware streaming model may send (its state does not grow).
+    max_stream_s: float = 86400.0
     # Audio received but not yet transcribed: the open segment plus segments waiting for their final.
     max_backlog_s: float = 90.0
     # Live previews: the first this long after speech starts, then after each this much new audio.
@@ -376,8 +378,8 @@ def _check_realtime(r: RealtimeConfig) -> None:
         raise ConfigError("realtime.max_frame_bytes must be at least 1024")
     if not 1 <= r.max_segment_s <= 30:
         raise ConfigError("realtime.max_segment_s must be between 1 and 30 (one Whisper window)")
-    if r.max_session_s <= 0:
-        raise ConfigError("realtime.max_session_s must be positive")
+    if r.max_session_s <= 0 or r.max_stream_s <= 0:
+        raise ConfigError("realtime.max_session_s and realtime.max_stream_s must be positive")
     if r.max_backlog_s <= r.max_segment_s:
         raise ConfigError("realtime.max_backlog_s must be longer than realtime.max_segment_s")
     if r.first_preview_s < 0 or r.preview_interval_s <= 0:

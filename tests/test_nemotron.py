@@ -354,3 +354,32 @@ def test_a_broken_mlx_folder_is_refused_at_load(tmp_path: Path) -> None:
         load(folder(drop="prompt_kernel.2.bias"))
     with pytest.raises(CheckpointError, match="default_att_context_size"):
         load(folder(lambda c: c.update(default_att_context_size=[56, 5])))
+
+
+def test_streams_at_one_chunk_size_are_encoded_together_each_with_its_caches():
+    """Three streams (three clips, one of them German) fed through the engine's batch: their chunks of one shape go
+    in one encoder call, and each stream's tokens are those it gets alone."""
+    from omnid.engine.nemotron.engine import NemotronEngine
+    from omnid.engine.nemotron.stream import Stream
+
+    engine = NemotronEngine("nemotron-tiny", GOLDENS / "nemotron.nemo")
+    batch = engine.batch()
+    rows: list[int] = []
+    encode = batch.encode
+    batch.encode = lambda requests, between: rows.append(len(requests)) or encode(requests, between)  # type: ignore[method-assign]
+    asked = [("ljspeech", "en-US"), ("librispeech", "de-DE"), ("long", "en")]
+    for key, (clip, language) in enumerate(asked):
+        live = engine.open_stream(language, None)
+        batch.add(key, engine.stream_program(live, audio(clip), finish=True))
+    results: dict[int, object] = {}
+    while len(results) < len(asked):
+        for key, result, error in batch.step(lambda keys, encoding: ()):
+            assert error is None, error
+            results[key] = result
+    m, chunks = model(), []
+    for key, (clip, language) in enumerate(asked):
+        alone = Stream(m, engine.chunk, engine.prompt_index(language), on_chunk=chunks.append)
+        alone.push(audio(clip))
+        alone.finish()
+        assert results[key].text == m.vocabulary.text([t.id for t in alone.tokens]), clip  # type: ignore[attr-defined]
+    assert sum(rows) == len(chunks) and max(rows) == 3 and len(rows) < len(chunks), rows

@@ -167,12 +167,17 @@ class Connection:
                 return
             if await session.commit():
                 text = await session.drain()
-                self.out.send(ev.TranscriptionCompleted(text=text))
+                said = voxt.sentences(tuple(session.sentences)) if session.cache_aware else None
+                self.out.send(ev.TranscriptionCompleted(text=text, segments=said))
                 self.finished = True
 
     async def _update(self, e: ce.SessionUpdate | ce.TranscriptionSessionUpdate) -> None:
         session = self.session
         assert session is not None
+        if session.audio_started and session.cache_aware:
+            # A stream's settings are fixed by its first audio (the reference's contract).
+            self.error("session_started", "Settings apply before the first audio.", event_id=e.event_id)
+            return
         try:
             if self.dialect == "voxt":
                 new = st.voxt_update(session.settings, e.session, self.caps)

@@ -26,8 +26,9 @@ class Capabilities:
     timestamps: bool  # segment times fine enough for subtitles (srt, vtt)
     max_new_tokens: int  # the most tokens one decode may produce
     # How a live preview of an open segment is made: "forced_prefix" re-decodes the segment with its stable
-    # words forced as the decoder's prefix (Whisper); "redecode" decodes the whole segment again.
-    streaming: Literal["forced_prefix", "redecode"]
+    # words forced as the decoder's prefix (Whisper); "redecode" decodes the whole segment again; "cache_aware"
+    # encodes each new chunk once against the stream's caches, the transcript only growing (Nemotron).
+    streaming: Literal["forced_prefix", "redecode", "cache_aware"]
     temperature: bool = True  # samples at a temperature (else greedy only)
     # How the model itself names its languages (ISO code -> name), where that is what its reference server reports
     # in generation metadata (Qwen3-ASR: "English"); None: the ISO code is reported.
@@ -37,6 +38,10 @@ class Capabilities:
     # A language it does not know is refused (Nemotron: the language picks a prompt it must have), where the
     # others decode in a language they detect instead, as the reference servers do.
     refuses_unknown_language: bool = False
+    # Names it takes for a language beside ISO codes, kept as they are (Nemotron's prompt keys: "en-US").
+    language_keys: tuple[str, ...] = ()
+    # A cache-aware engine's chunk lengths in ms, the shortest first (a session's chunk_ms snaps to one).
+    chunk_ms: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,35 @@ class RedecodingEngine(TranscriptionEngine, Protocol):
 
     def redecode_program(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
                          final: bool = False) -> Program: ...
+
+
+@dataclass(frozen=True)
+class Sentence:
+    start: float  # seconds on the session's timeline
+    end: float
+    text: str
+
+
+@dataclass(frozen=True)
+class StreamUpdate:
+    """What a live stream has given so far: its whole text (it only grows), and when finished its sentences."""
+
+    text: str
+    tokens: int
+    sentences: tuple[Sentence, ...] = ()
+
+
+class StreamingEngine(TranscriptionEngine, Protocol):
+    """A cache-aware engine (capabilities.streaming == "cache_aware"): a live session holds one stream, fed the
+    audio that arrived since its last decode; each stream's state is a few fixed-size arrays."""
+
+    def open_stream(self, language: str | None, chunk_ms: int | None, offset: float) -> Any:
+        """A stream's handle (no model work: its arrays are made by its first program, on the worker thread).
+        Raises EngineError for a language it lacks. ``offset``: where its audio starts on the session's timeline."""
+
+    def stream_program(self, stream: Any, audio: np.ndarray, finish: bool) -> Program:
+        """Feeds ``audio`` to the stream (then, with ``finish``, the end) -> StreamUpdate. A program that stops
+        early leaves the stream where its last whole chunk left it: the audio is in it, the rest decodes next time."""
 
 
 class BatchingEngine(TranscriptionEngine, Protocol):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
+from omnid.engine.interface import Sentence
+
 
 @dataclass(frozen=True)
 class SpeechStarted:
@@ -48,6 +50,7 @@ class Final:
     text: str  # the authoritative transcript of the segment
     agreed: str  # the agreed words emitted before it (the final continues them under append-only rules)
     seconds: float  # audio the segment held
+    sentences: tuple[Sentence, ...] | None = None  # a cache-aware stream's sentences, timed (None: other engines)
 
 
 @dataclass(frozen=True)
@@ -74,3 +77,4 @@ class TurnRules:
     commit_opens_item: bool  # a commit without speech still makes an (empty) item
     append_only: bool  # agreed words are final: the final continues them
     keeps_text: bool  # the session's final texts are kept for its end (joined into one text)
+    commit_ends_stream: bool = False  # a cache-aware session's commit ends it: later audio is refused

@@ -8,6 +8,12 @@ Scheduling: a final per closed segment, in order, at FINAL priority; at most one
 priority, started only when enough new audio has come; a preview is cancelled when its segment closes, and one
 that cannot be queued is skipped, so a machine that falls behind thins previews and never loses a final.
 
+A cache-aware engine (Nemotron) has no previews to schedule: each segment holds one stream, fed the audio that came
+since its last decode, at most one decode in flight; its text only grows, and is shown whenever it changed. The
+segment is not cut at max_segment_s (the stream's state does not grow), its audio is kept only until it is fed, and
+the final flushes the stream's tail after the last decode. In the Voxt dialect a commit ends the stream and the
+session's audio (the reference's contract); the session takes realtime.max_stream_s of audio.
+
 With server VAD the final starts before the turn is over: once speech has paused for ``speculate_after_ms``
 (``loaded_speculate_after_ms`` while other work is on the model) the segment so far is decoded at FINAL
 priority (a speculation); speech resuming cancels it, the turn ending makes its result the final. While one is
@@ -30,14 +36,14 @@ import structlog
 
 from omnid.audio import SAMPLE_RATE
 from omnid.config import RealtimeConfig, TranscriptionConfig
-from omnid.engine.interface import Hypothesis, TranscriptionEngine
+from omnid.engine.interface import Hypothesis, Sentence, StreamingEngine, StreamUpdate, TranscriptionEngine
 from omnid.logging import content
 from omnid.realtime import events as de
 from omnid.realtime.buffer import AudioBuffer, BufferOverflow
 from omnid.realtime.cut import quietest_cut
 from omnid.realtime.events import DomainEvent, TurnRules
 from omnid.realtime.settings import Settings
-from omnid.realtime.text import LocalAgreement, join_segments
+from omnid.realtime.text import GrowingText, LocalAgreement, join_segments
 from omnid.runtime import transcription
 from omnid.runtime.errors import JobCancelledError, QueueFullError
 from omnid.runtime.models import transcribe_options
@@ -70,8 +76,13 @@ class Segment:
     start: int  # absolute 16 kHz sample
     speech_at: int | None = None  # first window above the speech threshold
     previewed_to: int | None = None  # buffer end at the last preview
-    agreement: LocalAgreement = field(default_factory=lambda: LocalAgreement(hold_back=1))
+    agreement: LocalAgreement | GrowingText = field(default_factory=lambda: LocalAgreement(hold_back=1))
     hypothesis: Hypothesis | None = None  # a re-decoding engine's last decode of this segment
+    stream: object | None = None  # a cache-aware engine's stream (its handle); None once finished
+    fed: int = 0  # absolute 16 kHz sample: the stream has the audio before it
+    feeding: asyncio.Task | None = None  # its decode in flight
+    shown: str = ""  # the stream's text last previewed
+    broken: bool = False  # a decode of its stream failed: the final fails too
 
 
 @dataclass
@@ -81,6 +92,8 @@ class FinalJob:
     prefix: str  # text already sent as deltas: the final continues it
     closed_at: float  # monotonic time the segment ended (latency is measured from here)
     decode: asyncio.Future[str] | None = None  # started before the segment closed (a speculation)
+    seconds: float | None = None  # audio the segment held, where ``audio`` is only its unfed tail (a stream)
+    fed_from: int = 0  # a stream's: the absolute sample ``audio`` starts at
 
     @property
     def end(self) -> int:
@@ -127,6 +140,8 @@ class Session:
         self._speculation: FinalJob | None = None  # the open segment's final, decoding since its speech paused
         self.speculations = 0  # started so far
         self.prompt_tokens: tuple[int, ...] = ()  # of settings.prompt, for the settings' model
+        self.finished = False  # a cache-aware session's stream was committed (commit_ends_stream)
+        self.sentences: list[Sentence] = []  # a cache-aware session's finals' sentences (transcription.completed)
 
     # --- settings ---------------------------------------------------------------------------------------
 
@@ -159,6 +174,11 @@ class Session:
         return self.input_samples > 0
 
     @property
+    def cache_aware(self) -> bool:
+        """The model streams (each chunk encoded once) rather than re-decoding segments."""
+        return self.engines[self.settings.model].engine.capabilities.streaming == "cache_aware"
+
+    @property
     def threshold(self) -> float:
         return self.settings.turns.threshold if self.settings.turns else self.config.vad_threshold
 
@@ -169,8 +189,10 @@ class Session:
     # --- audio ------------------------------------------------------------------------------------------
 
     async def append(self, samples: np.ndarray) -> None:
+        if self.cache_aware and not self._stream_takes(len(samples)):
+            return
         self.input_samples += len(samples)
-        if self.input_samples / self.settings.rate > self.config.max_session_s:
+        if self.input_samples / self.settings.rate > self.config.max_session_s and not self.cache_aware:
             raise SessionError("session_too_long", f"the session is over its {self.config.max_session_s:g} s cap")
         try:
             new = self.buffer.append(samples)
@@ -183,6 +205,18 @@ class Session:
             )
         await self._analyse(new)
 
+    def _stream_takes(self, samples: int) -> bool:
+        """A cache-aware session refuses audio after its stream was committed, and past realtime.max_stream_s (the
+        reference's errors: the audio is dropped, the session goes on)."""
+        if self.finished:
+            self.emit(de.Refused("session_finished", "The stream was committed; audio after it is not decoded."))
+            return False
+        if (self.input_samples + samples) / self.settings.rate > self.config.max_stream_s:
+            self.emit(de.Refused("session_too_long",
+                                 f"A session takes at most {_duration(self.config.max_stream_s)} of audio."))
+            return False
+        return True
+
     async def _analyse(self, new: np.ndarray) -> None:
         first = self.vad_stream.windows
         probs = await self.vad.feed(self.vad_stream, new) if len(new) else np.zeros(0, np.float32)
@@ -190,6 +224,10 @@ class Session:
             self._open(self.uncommitted_from)
         for k, p in enumerate(probs, start=first):
             self._window(k, float(p))
+        if self.cache_aware:
+            self._trim()
+            self._maybe_feed()
+            return
         self._cut_if_long()
         self._trim()
         self._maybe_preview()
@@ -210,6 +248,8 @@ class Session:
     def _speculate(self, now: int) -> None:
         """Starts the open segment's final once speech has paused long enough; cancels it when speech resumes."""
         seg = self.segment
+        if seg is not None and seg.stream is not None:
+            return  # a stream's final is only its tail: nothing to start early
         pause_from = self.turns.silence_from if self.turns is not None else None  # set only inside a turn
         if self._speculation is not None and pause_from is None:
             log.info("speculation_cancelled", segment=self._speculation.segment.index)
@@ -255,9 +295,15 @@ class Session:
         self._close(min(now, self.buffer.end))
 
     def _open(self, start: int) -> Segment:
-        self.segment = Segment(self.segments_opened, new_item_id(), start)
+        seg = self.segment = Segment(self.segments_opened, new_item_id(), start)
         self.segments_opened += 1
-        return self.segment
+        if self.cache_aware:
+            s = self.settings
+            engine: StreamingEngine = self.engines[s.model].engine  # type: ignore[assignment]
+            seg.stream = engine.open_stream(s.language, s.chunk_ms, start / SAMPLE_RATE)
+            seg.fed = start
+            seg.agreement = GrowingText()
+        return seg
 
     def _cut_if_long(self) -> None:
         seg = self.segment
@@ -284,9 +330,10 @@ class Session:
                 self.emit(de.SpeechStarted(item_id=opened.item_id, audio_start_ms=_ms(cut)))
 
     def _trim(self) -> None:
-        """Audio before the open segment is consumed; without one, server VAD keeps its prefix padding."""
+        """Audio before the open segment is consumed (a stream's, once fed); without one, server VAD keeps its
+        prefix padding."""
         if self.segment is not None:
-            keep = self.segment.start
+            keep = self.segment.fed if self.segment.stream is not None else self.segment.start
         elif self.turns is not None:
             keep = self.buffer.end - self.turns.prefix - 2 * WINDOW
         else:
@@ -310,11 +357,15 @@ class Session:
             self._close(self.buffer.end)
         if self.turns is not None:
             self.turns.end_turn()
+        if self.cache_aware and self.rules.commit_ends_stream:
+            self.finished = True
         return True
 
     def clear(self) -> None:
         self._cancel_preview()
         self._drop_speculation()
+        if self.segment is not None and self.segment.feeding is not None:
+            self.segment.feeding.cancel()
         self.segment = None
         self.buffer.consume(self.buffer.end)
         self.uncommitted_from = self.buffer.end
@@ -332,15 +383,19 @@ class Session:
             spec = None
         self._speculation = None
         self.segment = None
-        audio = self.buffer.view(seg.start, end).copy()
+        audio = self.buffer.view(seg.fed if seg.stream is not None else seg.start, end).copy()
         self.buffer.consume(end)
         self.uncommitted_from = max(self.uncommitted_from, end)
         self.emit(de.Committed(item_id=seg.item_id, previous_item_id=self.last_item_id))
         self.last_item_id = seg.item_id
-        if seg.speech_at is None or seg.speech_at >= end:
+        if seg.stream is not None:
+            job = self._final_job(seg, audio)  # the audio its stream has not had yet
+            job.seconds, job.fed_from = (end - seg.start) / SAMPLE_RATE, seg.fed
+        elif seg.speech_at is None or seg.speech_at >= end:
             audio = audio[:0]  # no speech: it finalises to empty text without the model
         # A speculation holds the turn up to where its speech paused; what came after is silence to VAD.
-        job = spec if spec is not None else self._final_job(seg, audio)
+        if seg.stream is None:
+            job = spec if spec is not None else self._final_job(seg, audio)
         job.closed_at = time.monotonic()
         self._finals.append(job)
         self._final_samples += len(job.audio)
@@ -357,8 +412,12 @@ class Session:
     async def _run_finals(self) -> None:
         while self._finals:
             job = self._finals[0]
+            said = None
             try:
-                if job.decode is not None:
+                if job.segment.stream is not None:
+                    update = await self._stream_final(job)
+                    text, said = update.text, update.sentences
+                elif job.decode is not None:
                     text = await job.decode
                 else:
                     text = await self._transcribe_final(job) if len(job.audio) else ""
@@ -368,7 +427,7 @@ class Session:
                 log.warning("final_failed", error=type(exc).__name__)
                 self._failed(job, exc)
             else:
-                self._final(job, text)
+                self._final(job, text, said)
             finally:
                 if self._finals and self._finals[0] is job:
                     self._finals.popleft()
@@ -387,12 +446,14 @@ class Session:
         # Deltas already sent never change: the final continues the text they hold.
         return await transcription.final(self.engines[s.model], job.audio, opts, job.prefix)
 
-    def _final(self, job: FinalJob, text: str) -> None:
+    def _final(self, job: FinalJob, text: str, sentences: tuple[Sentence, ...] | None = None) -> None:
         seg = job.segment
         if self.rules.keeps_text:
             self.final_texts.append(text)
+            self.sentences += sentences or ()
+        seconds = job.seconds if job.seconds is not None else len(job.audio) / SAMPLE_RATE
         self.emit(de.Final(segment_id=seg.index, item_id=seg.item_id, text=text, agreed=seg.agreement.text(),
-                           seconds=len(job.audio) / SAMPLE_RATE))
+                           seconds=seconds, sentences=sentences))
         log.info("segment_final", segment=seg.index, chars=len(text),
                  latency_s=round(time.monotonic() - job.closed_at, 3), **content(text))
 
@@ -404,6 +465,57 @@ class Session:
         """Waits for every final; returns the session's text (Voxt's transcription.completed)."""
         await self._finals_idle.wait()
         return join_segments(self.final_texts)
+
+    # --- streams ----------------------------------------------------------------------------------------
+
+    def _maybe_feed(self) -> None:
+        """The open segment's stream gets the audio that came since its last decode, one decode at a time."""
+        seg = self.segment
+        if seg is None or seg.stream is None or seg.broken or self.buffer.end <= seg.fed:
+            return
+        if seg.feeding is None or seg.feeding.done():
+            seg.feeding = asyncio.ensure_future(self._feed(seg))
+
+    async def _feed(self, seg: Segment) -> None:
+        end = self.buffer.end
+        audio = self.buffer.view(seg.fed, end).copy()
+        try:
+            update = await transcription.stream(self.engines[self.settings.model], seg.stream, audio, finish=False)
+        except QueueFullError:
+            seg.feeding = None
+            return  # not queued, so not fed: the next append tries again with more
+        except JobCancelledError:
+            return  # the daemon is stopping
+        except Exception:  # noqa: BLE001  (the stream's state is unknown: its final reports the failure)
+            log.warning("stream_failed", segment=seg.index)
+            seg.broken = True
+            return
+        seg.fed = end
+        if self.segment is seg and update.text and update.text != seg.shown:
+            seg.shown = update.text
+            assert isinstance(seg.agreement, GrowingText)
+            agreed = seg.agreement.update(update.text)
+            self.emit(de.Preview(segment_id=seg.index, item_id=seg.item_id, text=update.text, agreed=agreed))
+        self._after_feed(seg)
+
+    def _after_feed(self, seg: Segment) -> None:
+        if self.segment is seg:
+            seg.feeding = None
+            self._trim()
+            self._maybe_feed()
+
+    async def _stream_final(self, job: FinalJob) -> StreamUpdate:
+        """After the decode in flight, the tail it did not have, then the stream's end, at final priority."""
+        seg = job.segment
+        if seg.feeding is not None:
+            await asyncio.wait([seg.feeding])
+        if seg.broken:
+            raise RuntimeError("a decode of this stream failed")
+        audio = job.audio[seg.fed - job.fed_from :]  # what the decode in flight fed is not fed again
+        try:
+            return await transcription.stream(self.engines[self.settings.model], seg.stream, audio, finish=True)
+        finally:
+            seg.stream = None  # its arrays go with it
 
     # --- previews ---------------------------------------------------------------------------------------
 
@@ -447,6 +559,7 @@ class Session:
         # A hypothesis of the first moments of speech is too unsure to build on (tiny models lowercase a
         # sentence start, drop its punctuation): it is shown, and only the next one may agree with it.
         stable = seg.speech_at is not None and seg.start + len(audio) - seg.speech_at >= self.config.stable_after_s * SAMPLE_RATE
+        assert isinstance(seg.agreement, LocalAgreement)
         if stable:
             agreed = seg.agreement.update(text)
         else:
@@ -462,9 +575,12 @@ class Session:
     # --- end --------------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """The socket is gone: queued and running jobs are cancelled now."""
+        """The socket is gone: queued and running jobs are cancelled now (a stream's decode at its next chunk)."""
         self._cancel_preview()
         self._drop_speculation()
+        for seg in [self.segment, *(job.segment for job in self._finals)]:
+            if seg is not None and seg.feeding is not None:
+                seg.feeding.cancel()
         if self._final_task is not None and not self._final_task.done():
             self._final_task.cancel()
         for job in self._finals:
@@ -481,3 +597,14 @@ def _retrieved(task: asyncio.Future) -> None:
 
 def _ms(sample: int) -> int:
     return sample * 1000 // SAMPLE_RATE
+
+
+def _duration(seconds: float) -> str:
+    """A cap in words: "24 hours", "90 seconds"."""
+    if seconds % 3600 == 0:
+        n, unit = int(seconds // 3600), "hour"
+    elif seconds % 60 == 0:
+        n, unit = int(seconds // 60), "minute"
+    else:
+        return f"{seconds:g} seconds"
+    return f"{n} {unit}{'s' if n != 1 else ''}"

@@ -37,6 +37,8 @@ class Settings:
     language: str | None = None
     prompt: str | None = None
     turns: ServerVad | None = None  # None: manual commits
+    chunk_ms: int | None = None  # a cache-aware model's chunk, snapped to one it has (None: its native chunk)
+    chunk_asked: float | None = None  # chunk_ms as the client asked for it (snapped again if the model changes)
 
     @property
     def manual(self) -> bool:
@@ -79,7 +81,7 @@ def _number(value: Any, param: str, lo: float, hi: float, integer: bool = False)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (
             integer and isinstance(value, float) and not value.is_integer()):
         raise SettingsError("invalid_event", param, f"{param} must be {'an integer' if integer else 'a number'}")
-    if not lo <= value <= hi:  # NaN cannot come from JSON; +-inf fails here too
+    if not lo <= value <= hi:  # NaN (a frame may carry it) and +-inf fail here too
         raise SettingsError("unsupported_session", param, f"{param} must be between {lo:g} and {hi:g}, got {shown(value)}")
     return int(value) if integer else float(value)
 
@@ -145,9 +147,38 @@ def _language(value: Any, param: str) -> str | None:
 
 
 def _check_language(settings: Settings, caps: Capabilities) -> Settings:
-    """The language the session decodes in: a language the model does not know is detected, as on HTTP."""
+    """The language the session decodes in: a language the model does not know is detected, as on HTTP (a model
+    that must have it, Nemotron, refuses it); a name the model has for one (a prompt key) is kept as it is. A
+    cache-aware model's chunk snapped to its own sizes."""
     engine = caps.engines.get(settings.model)
-    return replace(settings, language=requested_language(settings.language, engine.languages if engine else ()))
+    if engine is None:
+        return replace(settings, language=requested_language(settings.language, ()))
+    chunk = snap_chunk(settings.chunk_asked, engine.chunk_ms)
+    if settings.language in engine.language_keys:
+        return replace(settings, chunk_ms=chunk)
+    language = requested_language(settings.language, engine.languages)
+    if language is None and settings.language and engine.refuses_unknown_language:
+        raise SettingsError("unsupported_session", "session.language",
+                            f"model {settings.model} does not transcribe {shown(settings.language)!r}; it takes "
+                            f"{', '.join(engine.language_keys or engine.languages)}")
+    return replace(settings, language=language, chunk_ms=chunk)
+
+
+def chunk(value: Any) -> float | None:
+    """chunk_ms as asked: a positive JSON number, or null for the model's native chunk."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+        raise SettingsError("invalid_chunk", "session.chunk_ms", "chunk_ms must be a positive number.")
+    return float(value)
+
+
+def snap_chunk(asked: float | None, sizes: tuple[int, ...]) -> int | None:
+    """The nearest of a model's chunk sizes (a tie: the shorter, as the reference server snaps); None where the
+    client asked for none or the model has none."""
+    if asked is None or not sizes:
+        return None
+    return min(sizes, key=lambda ms: (abs(ms - asked), ms))
 
 
 def _pcm16(value: Any, param: str) -> None:
@@ -166,6 +197,8 @@ def voxt_update(settings: Settings, session: Any, caps: Capabilities) -> Setting
         out = replace(out, language=_language(s["language"], "session.language"))
     if "prompt" in s:
         out = replace(out, prompt=_prompt(s["prompt"], "session.prompt", caps, out.model))
+    if "chunk_ms" in s:
+        out = replace(out, chunk_asked=chunk(s["chunk_ms"]))
     if "model" in s:
         out = _transcription(out, {"model": s["model"]}, caps, "session")
     return _check_language(out, caps)
@@ -175,9 +208,11 @@ def openai_update(settings: Settings, session: Any, caps: Capabilities, audio_st
     """GA shape (session.type / session.audio.input...) or beta shape (input_audio_format,
     input_audio_transcription, turn_detection)."""
     s = _obj(session, "session")
+    out = settings
+    if "chunk_ms" in s:  # an omnid extension, as in the Voxt dialect: a cache-aware model's chunk
+        out = replace(out, chunk_asked=chunk(s["chunk_ms"]))
     if "type" in s and s["type"] != "transcription":
         raise SettingsError("unsupported_session", "session.type", f"session type {shown(s['type'])} is not supported; use transcription")
-    out = settings
     if "audio" in s:
         audio_in = _obj(_obj(s["audio"], "session.audio").get("input", {}), "session.audio.input")
         if "format" in audio_in:
@@ -198,7 +233,7 @@ def openai_update(settings: Settings, session: Any, caps: Capabilities, audio_st
     if audio_started and out.rate != settings.rate:
         raise SettingsError("unsupported_session", "session.audio.input.format.rate",
                             "the sample rate cannot change once audio has been sent")
-    return out
+    return _check_language(out, caps) if out.chunk_asked != settings.chunk_asked else out
 
 
 def _format(value: Any, caps: Capabilities) -> int:
@@ -221,8 +256,11 @@ def _turns(t: ServerVad | None) -> dict[str, Any] | None:
 
 
 def voxt_view(s: Settings) -> dict[str, Any]:
-    return {"model": s.model, "input_audio_format": "pcm16", "language": s.language, "prompt": s.prompt,
+    view: dict[str, Any] = {"model": s.model, "input_audio_format": "pcm16", "language": s.language, "prompt": s.prompt,
             "turn_detection": _turns(s.turns)}
+    if s.chunk_ms is not None:
+        view["chunk_ms"] = s.chunk_ms
+    return view
 
 
 def openai_view(s: Settings, session_id: str) -> dict[str, Any]:

@@ -4,9 +4,11 @@ deltas)."""
 
 from __future__ import annotations
 
+import re
+
 from omnid.engine.spacing import join_segments
 
-__all__ = ["LocalAgreement", "join_segments"]
+__all__ = ["GrowingText", "LocalAgreement", "join_segments"]
 
 class LocalAgreement:
     """Append-only text from revisions: a word is committed once two consecutive hypotheses agree on it and on
@@ -43,3 +45,27 @@ class LocalAgreement:
 
     def text(self) -> str:
         return " ".join(self.committed)
+
+
+class GrowingText:
+    """Append-only text from a stream whose text only grows (a cache-aware engine): the text up to its last word is
+    sent once that word has begun (the last one may still be growing); the deltas are slices of the text, spaces as
+    they are. Its words are never revised, so no agreement is needed."""
+
+    def __init__(self) -> None:
+        self.sent = ""
+
+    def update(self, text: str) -> str:
+        """The stream's whole text so far -> the newly complete words, to send as a delta ("" when none)."""
+        last = _LAST_WORD.search(text)
+        complete = text[: last.start()] if last else ""
+        if len(complete) <= len(self.sent) or not complete.startswith(self.sent):
+            return ""
+        delta, self.sent = complete[len(self.sent) :], complete
+        return delta
+
+    def text(self) -> str:
+        return self.sent
+
+
+_LAST_WORD = re.compile(r"\S+\s*$")

@@ -18,6 +18,8 @@ from omnid.engine.interface import (
     Hypothesis,
     Program,
     RedecodingEngine,
+    StreamingEngine,
+    StreamUpdate,
     TranscriptionEngine,
 )
 from omnid.engine.languages import LANGUAGES
@@ -129,6 +131,14 @@ async def final(runtime: Runtime, audio: np.ndarray, opts: TranscribeOptions, se
         return engine.transcribe(audio, opts, check).text
 
     return await runtime.submit(job, Priority.FINAL, audio_s=len(audio) / SAMPLE_RATE)
+
+
+async def stream(runtime: Runtime, live: object, audio: np.ndarray, finish: bool) -> StreamUpdate:
+    """A cache-aware engine's live stream fed ``audio`` (then, with ``finish``, ended). At final priority: unlike a
+    re-decoding preview, no chunk may be skipped or stopped half-way, and each session has one such job at a time."""
+    return await runtime.submit_program(
+        lambda e: cast(StreamingEngine, e).stream_program(live, audio, finish), Priority.FINAL,
+        audio_s=len(audio) / SAMPLE_RATE)
 
 
 async def speech_probabilities(runtime: EngineRuntime[SileroVAD], audio: np.ndarray) -> np.ndarray:

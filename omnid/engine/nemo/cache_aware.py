@@ -15,6 +15,7 @@ pre-encode cache), and how many of the subsampled frames those extra frames prod
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -44,20 +45,34 @@ def stream_step(encoder: FastConformer, mel: mx.array, cache: EncoderCache, cont
     chunked-limited mask applies within the chunk; without, every chunk frame attends to the whole chunk and the
     cache (the reference server's rule; the same wherever a chunk is no longer than right + 1 frames). -> the
     chunk's encoded frames (T, d_model) and the new cache."""
-    x = encoder.subsampling(mel[None])[0, first:last]
+    (encoded, out), = stream_steps(encoder, mel[None], [cache], context, first, last)
+    return encoded, out
+
+
+def stream_steps(encoder: FastConformer, mels: mx.array, caches: list[EncoderCache],
+                 context: tuple[int, int] | None, first: int, last: int | None = None,
+                 between: Callable[[], None] | None = None) -> list[tuple[mx.array, EncoderCache]]:
+    """``stream_step`` for several streams at once, one row each (mels (B, frames, n_mels), the same chunk shape),
+    each with its own caches: one call per layer for all of them. ``between`` is called before each layer (a batch
+    may stop there)."""
+    x = encoder.subsampling(mels)[:, first:last]
     if encoder.d.xscaling:
         x = x * math.sqrt(encoder.d.d_model)
-    t, left = x.shape[0], cache.channel.shape[1]
+    t, left = x.shape[1], caches[0].channel.shape[1]
     pos = relative_positions(left + t, encoder.d.d_model)
-    mask = _mask(t, left, cache.filled, context)
+    mask = mx.stack([_mask(t, left, c.filled, context) for c in caches])[:, None]  # (B, 1, t, left + t)
+    channel = mx.stack([c.channel for c in caches], axis=1)  # (layers, B, left, d_model)
+    time = mx.stack([c.time for c in caches], axis=1)
     channels, times = [], []
     for i, layer in enumerate(encoder.layers):
-        x, channel, time = _layer(layer, x, pos, mask, cache.channel[i], cache.time[i])
-        channels.append(channel)
-        times.append(time)
-    out = EncoderCache(mx.stack(channels), mx.stack(times), min(cache.filled + t, left))
-    mx.eval(x, out.channel, out.time)
-    return x, out
+        if between is not None:
+            between()
+        x, c, k = _layer(layer, x, pos, mask, channel[i], time[i])
+        channels.append(c)
+        times.append(k)
+    new_channel, new_time = mx.stack(channels, axis=1), mx.stack(times, axis=1)  # (B, layers, ...)
+    mx.eval(x, new_channel, new_time)
+    return [(x[b], EncoderCache(new_channel[b], new_time[b], min(c.filled + t, left))) for b, c in enumerate(caches)]
 
 
 def _mask(t: int, left: int, filled: int, context: tuple[int, int] | None) -> mx.array:
@@ -74,37 +89,38 @@ def _mask(t: int, left: int, filled: int, context: tuple[int, int] | None) -> mx
 
 def _layer(layer: ConformerLayer, x: mx.array, pos: mx.array, mask: mx.array, channel: mx.array,
            time: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-    """One Conformer layer over a chunk (t, d_model) with its caches -> output, new attention and conv caches."""
+    """One Conformer layer over a batch of chunks (B, t, d_model) with their caches -> output, new attention and
+    conv caches."""
     x = x + 0.5 * layer.feed_forward1(layer.norm_feed_forward1(x))
     normed = layer.norm_self_att(x)
-    keys = mx.concatenate([channel, normed])
+    keys = mx.concatenate([channel, normed], axis=1)
     x = x + _attention(layer, normed, keys, pos, mask)
     conv = layer.conv
-    a, gate = mx.split(conv.pointwise_conv1(layer.norm_conv(x)[None])[0], 2, axis=-1)
-    glu = mx.concatenate([time, a * mx.sigmoid(gate)])
-    depthwise, t = conv.depthwise_conv, x.shape[0]
+    a, gate = mx.split(conv.pointwise_conv1(layer.norm_conv(x)), 2, axis=-1)
+    glu = mx.concatenate([time, a * mx.sigmoid(gate)], axis=1)
+    depthwise, t = conv.depthwise_conv, x.shape[1]
     # The causal convolution over [cache | chunk]: its last t outputs read the cache where the zeros were.
-    y = depthwise_conv1d(glu[None], depthwise.weight, depthwise.bias if "bias" in depthwise else None, True)[0, -t:]
-    x = x + conv.pointwise_conv2(silu(conv.norm(y))[None])[0]
+    y = depthwise_conv1d(glu, depthwise.weight, depthwise.bias if "bias" in depthwise else None, True)[:, -t:]
+    x = x + conv.pointwise_conv2(silu(conv.norm(y)))
     x = x + 0.5 * layer.feed_forward2(layer.norm_feed_forward2(x))
-    return layer.norm_out(x), keys[-channel.shape[0] :], glu[-time.shape[0] :]
+    return layer.norm_out(x), keys[:, -channel.shape[1] :], glu[:, -time.shape[1] :]
 
 
 def _attention(layer: ConformerLayer, queries: mx.array, keys: mx.array, pos: mx.array, mask: mx.array) -> mx.array:
-    """Relative-position attention of t queries (the chunk) over n = left + t keys ([cache | chunk]): query i sits
-    at position left + i, so its score with key j uses relative position left + i - j (``pos`` holds n-1 ...
-    -(n-1))."""
+    """Relative-position attention of t queries (a chunk) over n = left + t keys ([cache | chunk]), per row of the
+    batch: query i sits at position left + i, so its score with key j uses relative position left + i - j (``pos``
+    holds n-1 ... -(n-1))."""
     att = layer.self_attn
-    t, n, m = queries.shape[0], keys.shape[0], queries.shape[1]
-    h = att.heads
+    b, t, m = queries.shape
+    n, h = keys.shape[1], att.heads
     dk = m // h
-    q = att.q_proj(queries).reshape(t, h, dk).transpose(1, 0, 2)
-    k = att.k_proj(keys).reshape(n, h, dk).transpose(1, 0, 2)
-    v = att.v_proj(keys).reshape(n, h, dk).transpose(1, 0, 2)
+    q = att.q_proj(queries).reshape(b, t, h, dk).transpose(0, 2, 1, 3)
+    k = att.k_proj(keys).reshape(b, n, h, dk).transpose(0, 2, 1, 3)
+    v = att.v_proj(keys).reshape(b, n, h, dk).transpose(0, 2, 1, 3)
     p = att.relative_k_proj(pos).reshape(-1, h, dk).transpose(1, 0, 2)
-    by_key = (q + att.bias_u[:, None]) @ k.transpose(0, 2, 1)
-    by_position = (q + att.bias_v[:, None]) @ p.transpose(0, 2, 1)  # (h, t, 2n - 1)
+    by_key = (q + att.bias_u[:, None]) @ k.transpose(0, 1, 3, 2)
+    by_position = (q + att.bias_v[:, None]) @ p.transpose(0, 2, 1)  # (b, h, t, 2n - 1)
     column = (t - 1) + mx.arange(n)[None, :] - mx.arange(t)[:, None]  # row of pos for (query i, key j)
-    shifted = mx.take_along_axis(by_position, mx.broadcast_to(column[None], (h, t, n)), axis=-1)
+    shifted = mx.take_along_axis(by_position, mx.broadcast_to(column[None, None], (b, h, t, n)), axis=-1)
     weights = mx.softmax((by_key + shifted) * (1 / math.sqrt(dk)) + mask, axis=-1)
-    return att.o_proj((weights @ v).transpose(1, 0, 2).reshape(t, m))
+    return att.o_proj((weights @ v).transpose(0, 2, 1, 3).reshape(b, t, m))

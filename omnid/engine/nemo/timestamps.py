@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omnid.audio import SAMPLE_RATE
+from omnid.engine.interface import Sentence
 from omnid.engine.nemo.tokenizer import SPACE, Vocabulary
 from omnid.engine.nemo.transducer import Token
 from omnid.engine.transcript import Segment, Word
@@ -151,4 +152,26 @@ def transcript_segments(tokens: list[Token], vocab: Vocabulary, start: int, firs
             w += 1
         out.append(Segment(first_id + len(out), start // HOP_LENGTH, *seconds(seg), seg.text,
                            [t.id for t in tokens[seg.first : seg.last]], 0.0, 0.0, 0.0, 0.0, timed))
+    return out
+
+
+SENTENCE_ENDS = ("!", "?", "\u3002", "\uff1f", "\uff01")  # ! ? and their CJK forms
+FRAME_SECONDS = HOP_LENGTH * SUBSAMPLING / SAMPLE_RATE
+
+
+def sentences(tokens: list[Token], vocab: Vocabulary, offset: float = 0.0) -> list[Sentence]:
+    """A live stream's sentences as the reference server cuts them: one ends at a token holding ``! ? 。 ？ ！``, or
+    a ``.`` before a word start (a piece beginning with ``▁``) or at the end; each from its first token's frame to
+    its last token's frame plus one frame, on a timeline starting at ``offset`` seconds."""
+    out: list[Sentence] = []
+    first = 0
+    for i, t in enumerate(tokens):
+        piece = vocab.piece_text([t.id])
+        closes = any(c in piece for c in SENTENCE_ENDS) or (
+            "." in piece and (i + 1 == len(tokens) or vocab.pieces[tokens[i + 1].id].startswith(SPACE)))
+        if closes or i + 1 == len(tokens):
+            text = vocab.text([u.id for u in tokens[first : i + 1]]).strip()
+            out.append(Sentence(round(offset + tokens[first].frame * FRAME_SECONDS, 3),
+                                round(offset + (t.frame + 1) * FRAME_SECONDS, 3), text))
+            first = i + 1
     return out

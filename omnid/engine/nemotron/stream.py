@@ -19,17 +19,34 @@ Per stream the state is a few fixed-size arrays: nothing grows with its length.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import mlx.core as mx
 import numpy as np
 
-from omnid.engine.nemo.cache_aware import EncoderCache, stream_step
+from omnid.engine.nemo.cache_aware import EncoderCache, stream_steps
 from omnid.engine.nemo.fastconformer import subsampled_length
 from omnid.engine.nemo.features import MelStream
 from omnid.engine.nemo.transducer import Token
 from omnid.engine.nemotron.model import Nemotron
 
 MEL_CACHE = 16  # mel frames before a chunk that its subsampling reads (two whole encoder frames' worth)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk's encoder input: the subsampling's mel window (the mel cache, then the chunk's frames), which of its
+    subsampled frames are the chunk's, and the stream's encoder caches. Chunks of one ``shape`` encode together."""
+
+    window: np.ndarray  # (frames, n_mels)
+    first: int
+    last: int
+    cache: EncoderCache
+    frames: int  # mel frames of the chunk (after the cache)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return len(self.window), self.first, self.last
 
 
 class Stream:
@@ -42,6 +59,7 @@ class Stream:
         self.left = model.streaming.contexts[0][0]
         self.mel = MelStream(model.front, keep_last=True)
         self.tokens: list[Token] = []
+        self._taken = np.zeros((0, model.front.n_mels), np.float32)  # taken from the log-mel, not yet encoded
         self._mel_cache = np.zeros((0, model.front.n_mels), np.float32)
         self._consumed = 0  # mel frames encoded
         self._emitted = 0  # encoder frames encoded
@@ -49,40 +67,59 @@ class Stream:
         self._decoding = model.transducer.start()
 
     def push(self, audio: np.ndarray) -> list[Token]:
-        """New 16 kHz samples -> the tokens the chunks they complete add."""
+        """New 16 kHz samples -> the tokens the chunks they complete add (each chunk encoded on its own)."""
         self.mel.push(audio)
-        return self._decode(flush=False)
+        return self._decode()
 
     def finish(self) -> list[Token]:
         """The end of the audio: the rest encoded once -> the tokens it adds."""
         self.mel.finish()
-        return self._decode(flush=True)
+        return self._decode()
 
-    def _decode(self, flush: bool) -> list[Token]:
+    def _decode(self) -> list[Token]:
         new: list[Token] = []
+        while (chunk := self.next_chunk()) is not None:
+            (encoded, cache), = stream_steps(self.model.encoder, mx.array(chunk.window)[None], [chunk.cache], None,
+                                             chunk.first, chunk.last)
+            new += self.accept(chunk, encoded, cache)
+        return new
+
+    def next_chunk(self) -> Chunk | None:
+        """The next chunk to encode (once its log-mel is final; after ``mel.finish()``, the rest), or None. Nothing
+        changes until ``accept``: a chunk that is never encoded is asked for again."""
         factor = self.model.dims.conformer.subsampling_factor  # mel frames per encoder frame
         size = factor * self.chunk
         while True:
-            ready = self.mel.ready()
-            if ready >= size or (flush and ready > 0):
-                taken = self.mel.take(min(ready, size))
-            else:
-                return new
-            last = flush and self.mel.ready() == 0
+            if not len(self._taken):
+                ready = self.mel.ready()
+                if ready >= size or (self.mel.finished and ready > 0):
+                    self._taken = self.mel.take(min(ready, size))
+                else:
+                    return None
+            taken = self._taken
+            last = self.mel.finished and self.mel.ready() == 0
             window = np.concatenate([self._mel_cache, taken])
             base = (self._consumed - len(self._mel_cache)) // factor
-            self._consumed += len(taken)
             low = self._emitted - base
-            high = subsampled_length(len(window), causal=True) if last else self._consumed // factor - base
-            self._mel_cache = window[-MEL_CACHE:]
-            if high <= low:
-                self._emitted = base + max(low, high)
-                continue
-            self._emitted = base + high
-            encoded, self._encoder = stream_step(self.model.encoder, mx.array(window), self._encoder, None, low, high)
-            if self.on_chunk is not None:
-                self.on_chunk(np.array(encoded))
-            tokens, self._decoding = self.model.transducer.continue_greedy(
-                self.model.prompted(encoded, self.prompt), self._decoding)
-            self.tokens.extend(tokens)
-            new.extend(tokens)
+            consumed = self._consumed + len(taken)
+            high = subsampled_length(len(window), causal=True) if last else consumed // factor - base
+            if high > low:
+                return Chunk(window, low, high, self._encoder, len(taken))
+            self._advance(window, len(taken), base + max(low, high))  # no new encoder frame: only the caches move
+
+    def accept(self, chunk: Chunk, encoded: mx.array, cache: EncoderCache) -> list[Token]:
+        """A chunk's encoder frames (before the prompt) and the caches after it -> the tokens they add."""
+        self._advance(chunk.window, chunk.frames, self._emitted + chunk.last - chunk.first)
+        self._encoder = cache
+        if self.on_chunk is not None:
+            self.on_chunk(np.array(encoded))
+        tokens, self._decoding = self.model.transducer.continue_greedy(
+            self.model.prompted(encoded, self.prompt), self._decoding)
+        self.tokens.extend(tokens)
+        return tokens
+
+    def _advance(self, window: np.ndarray, frames: int, emitted: int) -> None:
+        self._taken = self._taken[frames:]
+        self._consumed += frames
+        self._emitted = emitted
+        self._mel_cache = window[-MEL_CACHE:]

@@ -3,6 +3,7 @@ sorts a frame into an event, a recoverable error or a terminal one, plus the dia
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, Union
@@ -58,7 +59,9 @@ def parse_frame(frame: str | bytes) -> ClientEvent | FrameError:
     try:
         value = msgspec.json.decode(frame)
     except msgspec.DecodeError as exc:
-        return FrameError("invalid_json", f"frame is not valid JSON: {_why(frame, exc)}", terminal=False)
+        value = _with_constants(frame)  # NaN and Infinity, as Python's json writes them: the field says what is wrong
+        if value is None:
+            return FrameError("invalid_json", f"frame is not valid JSON: {_why(frame, exc)}", terminal=False)
     except RecursionError:
         return FrameError("invalid_json", "frame is not valid JSON: nested too deeply", terminal=False)
     except UnicodeError:
@@ -101,3 +104,19 @@ def dialect_of(event: ClientEvent) -> Dialect | None:
     if isinstance(event, TranscriptionDone):
         return "voxt"
     return None
+
+
+def _with_constants(frame: str | bytes) -> Any:
+    """A frame that is JSON but for NaN, Infinity or -Infinity (which Python's json.dumps writes), decoded with them
+    as floats; None for anything else that is not JSON."""
+    seen: list[str] = []
+
+    def constant(name: str) -> float:
+        seen.append(name)
+        return float(name)
+
+    try:
+        value = json.loads(frame, parse_constant=constant)
+    except (ValueError, RecursionError):
+        return None
+    return value if seen else None

@@ -32,14 +32,25 @@ class TranscriptionSessionUpdated(ServerEvent, tag="transcription_session.update
     session: dict[str, Any]
 
 
+class Sentence(msgspec.Struct):
+    """A cache-aware stream's sentence (the reference's speaker segment shape; it knows no speakers)."""
+
+    start: float
+    end: float
+    speaker: str
+    text: str
+
+
 class TranscriptionSegment(ServerEvent, tag="transcription.segment"):
     segment_id: int
     text: str
     is_final: bool
+    segments: list[Sentence] | None = None  # a cache-aware model's final
 
 
 class TranscriptionCompleted(ServerEvent, tag="transcription.completed"):
     text: str
+    segments: list[Sentence] | None = None  # a cache-aware model's session
 
 
 # --- OpenAI --------------------------------------------------------------------------------------------------

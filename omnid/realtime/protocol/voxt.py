@@ -3,10 +3,12 @@ sent only when it changed, one final per segment, the joined text at the end; no
 
 from __future__ import annotations
 
+from omnid.engine.interface import Sentence
 from omnid.realtime import events as de
 from omnid.realtime.protocol import server_events as ev
 
-RULES = de.TurnRules(min_commit_samples=0, commit_opens_item=False, append_only=False, keeps_text=True)
+RULES = de.TurnRules(min_commit_samples=0, commit_opens_item=False, append_only=False, keeps_text=True,
+                     commit_ends_stream=True)
 
 
 class VoxtWire:
@@ -21,7 +23,8 @@ class VoxtWire:
             return [ev.TranscriptionSegment(segment_id=event.segment_id, text=event.text, is_final=False)]
         if isinstance(event, de.Final):
             self.shown.pop(event.segment_id, None)
-            return [ev.TranscriptionSegment(segment_id=event.segment_id, text=event.text, is_final=True)]
+            return [ev.TranscriptionSegment(segment_id=event.segment_id, text=event.text, is_final=True,
+                                            segments=sentences(event.sentences))]
         if isinstance(event, de.Failed):
             self.shown.pop(event.segment_id, None)
             return [ev.Error(error=ev.transcription_failed(event.busy))]
@@ -31,3 +34,9 @@ class VoxtWire:
             return [ev.Cleared()]
         return []  # turns and items are not part of this dialect
 
+
+
+def sentences(said: tuple[Sentence, ...] | None) -> list[ev.Sentence] | None:
+    if said is None:
+        return None
+    return [ev.Sentence(start=s.start, end=s.end, speaker="", text=s.text) for s in said]
