@@ -17,8 +17,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
 
 import mlx.core as mx
+import numpy as np
 
 from omnid.engine.cpu_math import depthwise_conv1d, silu
 from omnid.engine.nemo.fastconformer import ConformerLayer, FastConformer, relative_positions
@@ -28,8 +30,8 @@ from omnid.engine.nemo.fastconformer import ConformerLayer, FastConformer, relat
 class EncoderCache:
     """One stream's encoder state: a few fixed-size arrays."""
 
-    channel: mx.array  # (layers, left, d_model): each layer's normed attention input of the last frames
-    time: mx.array  # (layers, kernel - 1, d_model): each layer's last GLU outputs
+    channel: mx.array | np.ndarray  # (layers, left, d_model): each layer's normed attention input of the last frames
+    time: mx.array | np.ndarray  # (layers, kernel - 1, d_model): each layer's last GLU outputs (numpy on the CPU)
     filled: int  # attention slots holding real frames (the newest ones), at most left
 
     @classmethod
@@ -60,31 +62,49 @@ def stream_steps(encoder: FastConformer, mels: mx.array, caches: list[EncoderCac
         x = x * math.sqrt(encoder.d.d_model)
     t, left = x.shape[1], caches[0].channel.shape[1]
     pos = relative_positions(left + t, encoder.d.d_model)
-    mask = mx.stack([_mask(t, left, c.filled, context) for c in caches])[:, None]  # (B, 1, t, left + t)
-    channel = mx.stack([c.channel for c in caches], axis=1)  # (layers, B, left, d_model)
-    time = mx.stack([c.time for c in caches], axis=1)
-    channels, times = [], []
-    for i, layer in enumerate(encoder.layers):
+    masks = np.stack([_mask(t, left, c.filled, context) for c in caches])  # (B, t, left + t)
+    stack: Callable[..., Any]
+    convert: Callable[[Any], Any]
+    h: Any = x  # the chunks' frames through the layers
+    if mx.default_device() == mx.cpu:  # the layers in numpy (cpu_cache_aware.py); the caches stay numpy arrays
+        mx.eval(x, pos)
+        h, table, stack, convert = np.array(x), np.asarray(pos), np.stack, np.asarray
+        cpu = encoder.cpu_streaming_layers
+
+        def step(i: int, x: Any, channel: Any, time: Any) -> tuple[Any, Any, Any]:
+            return x, *cpu[i](x, channel, time, masks, table)  # x is updated in place
+    else:
+        mask, stack, convert = mx.array(masks)[:, None], cast(Callable[..., Any], mx.stack), mx.array
+
+        def step(i: int, x: Any, channel: Any, time: Any) -> tuple[Any, Any, Any]:
+            return _layer(encoder.layers[i], x, pos, mask, channel, time)
+    channel = stack([convert(c.channel) for c in caches], axis=1)  # (layers, B, left, d_model)
+    time = stack([convert(c.time) for c in caches], axis=1)
+    channels: list[Any] = []
+    times: list[Any] = []
+    for i in range(len(encoder.layers)):
         if between is not None:
             between()
-        x, c, k = _layer(layer, x, pos, mask, channel[i], time[i])
+        h, c, k = step(i, h, channel[i], time[i])
         channels.append(c)
         times.append(k)
-    new_channel, new_time = mx.stack(channels, axis=1), mx.stack(times, axis=1)  # (B, layers, ...)
-    mx.eval(x, new_channel, new_time)
-    return [(x[b], EncoderCache(new_channel[b], new_time[b], min(c.filled + t, left))) for b, c in enumerate(caches)]
+    new_channel, new_time = stack(channels, axis=1), stack(times, axis=1)  # (B, layers, ...)
+    if isinstance(h, mx.array):
+        mx.eval(h, new_channel, new_time)
+    return [(mx.array(h[b]), EncoderCache(new_channel[b], new_time[b], min(c.filled + t, left)))
+            for b, c in enumerate(caches)]
 
 
-def _mask(t: int, left: int, filled: int, context: tuple[int, int] | None) -> mx.array:
+def _mask(t: int, left: int, filled: int, context: tuple[int, int] | None) -> np.ndarray:
     """(t, left + t) additive: the empty cache slots masked, and with ``context`` the chunked-limited mask on the
     [cache | chunk] axis."""
-    keys = mx.arange(left + t)
-    allowed = mx.broadcast_to((keys >= left - filled)[None, :], (t, left + t))
+    keys = np.arange(left + t)
+    allowed = np.broadcast_to((keys >= left - filled)[None, :], (t, left + t))
     if context is not None:
         size = context[1] + 1
-        apart = (left + mx.arange(t))[:, None] // size - keys[None, :] // size
+        apart = (left + np.arange(t))[:, None] // size - keys[None, :] // size
         allowed = allowed & (apart >= 0) & (apart <= context[0] // size)
-    return mx.where(allowed, 0.0, -math.inf)
+    return np.where(allowed, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
 
 
 def _layer(layer: ConformerLayer, x: mx.array, pos: mx.array, mask: mx.array, channel: mx.array,

@@ -23,7 +23,7 @@ from omnid.engine.cpu_math import glu_depthwise_silu, relative_attention_np, sil
 from omnid.engine.numpy_layers import Linear, Norm, as_numpy, blocks, scratch
 
 if TYPE_CHECKING:
-    from omnid.engine.nemo.fastconformer import ConformerLayer
+    from omnid.engine.nemo.fastconformer import ConformerLayer, RelPositionAttention
 
 
 class FeedForward:
@@ -51,12 +51,8 @@ class CpuConformerLayer:
         self.ff2 = FeedForward(layer.norm_feed_forward2, layer.feed_forward2.linear1, layer.feed_forward2.linear2)
         self.norm_att, self.norm_conv, self.norm_out = (
             Norm.of(n) for n in (layer.norm_self_att, layer.norm_conv, layer.norm_out))
-        att = layer.self_attn
-        self.heads = att.heads
-        self.q, self.k, self.v, self.o = (Linear.of(p) for p in (att.q_proj, att.k_proj, att.v_proj, att.o_proj))
-        self.relative_k = Linear.of(att.relative_k_proj)
-        assert self.relative_k.bias is None  # NeMo's linear_pos has none; _relative_keys relies on it
-        self.bias_u, self.bias_v = as_numpy(att.bias_u), as_numpy(att.bias_v)
+        self.heads, self.q, self.k, self.v, self.o, self.relative_k, self.bias_u, self.bias_v = attention_weights(
+            layer.self_attn)
         conv = layer.conv
         self.pointwise1, self.pointwise2 = Linear.of(conv.pointwise_conv1), Linear.of(conv.pointwise_conv2)
         # The batch norm folded into the depthwise convolution: (w x + b - mean) * s + beta.
@@ -82,7 +78,7 @@ class CpuConformerLayer:
                 proj(normed, out[start:stop])
 
         blocks(feed_forward1_and_projections, t)
-        p = self._relative_keys(sin, cos)
+        p = relative_keys(self.relative_k, sin, cos)
         att = relative_attention_np(q.reshape(1, t, h, -1), self.bias_u, self.bias_v, k.reshape(1, t, h, -1),
                                     p.reshape(-1, h, m // h), v.reshape(1, t, h, -1), 1 / math.sqrt(m // h))[0]
         att = att.reshape(t, m)
@@ -106,24 +102,34 @@ class CpuConformerLayer:
 
         blocks(pointwise2_feed_forward2_and_norm, t)
 
-    def _relative_keys(self, sin: np.ndarray, cos: np.ndarray) -> np.ndarray:
-        """relative_k (no bias) of the embeddings of relative positions T-1 ... -(T-1), from those of 0 ... T-1 alone:
-        an embedding interleaves sin(r w_i) and cos(r w_i), so that of -r is that of r with its sines negated, and
-        each half of the product (sines by the even input rows of the weight, cosines by the odd ones) serves +r
-        and -r. Half the multiply-adds of the whole table's product, which was a fifth of a Parakeet layer's."""
-        t, m = len(sin), self.relative_k.weight_t.shape[1]
-        by_sin, by_cos = (np.ascontiguousarray(self.relative_k.weight_t[i::2]) for i in (0, 1))
-        p = np.empty((2 * t - 1, m), np.float32)
-        ahead, behind = p[t - 1 :: -1], p[t - 1 :]  # row r: position +r, and -r
 
-        def block(start: int, stop: int) -> None:
-            s = np.matmul(sin[start:stop], by_sin, out=scratch.get("sin", stop - start, m))
-            c = np.matmul(cos[start:stop], by_cos, out=scratch.get("cos", stop - start, m))
-            np.add(c, s, out=ahead[start:stop])
-            np.subtract(c, s, out=behind[start:stop])
+def attention_weights(att: RelPositionAttention) -> tuple[int, Linear, Linear, Linear, Linear, Linear, np.ndarray,
+                                                        np.ndarray]:
+    """A relative-position attention's heads, q, k, v, o and position projections, and its two biases."""
+    relative_k = Linear.of(att.relative_k_proj)
+    assert relative_k.bias is None  # NeMo's linear_pos has none; relative_keys relies on it
+    q, k, v, o = (Linear.of(p) for p in (att.q_proj, att.k_proj, att.v_proj, att.o_proj))
+    return att.heads, q, k, v, o, relative_k, as_numpy(att.bias_u), as_numpy(att.bias_v)
 
-        blocks(block, t)
-        return p
+
+def relative_keys(relative_k: Linear, sin: np.ndarray, cos: np.ndarray) -> np.ndarray:
+    """relative_k (no bias) of the embeddings of relative positions T-1 ... -(T-1), from those of 0 ... T-1 alone:
+    an embedding interleaves sin(r w_i) and cos(r w_i), so that of -r is that of r with its sines negated, and
+    each half of the product (sines by the even input rows of the weight, cosines by the odd ones) serves +r
+    and -r. Half the multiply-adds of the whole table's product, which was a fifth of a Parakeet layer's."""
+    t, m = len(sin), relative_k.weight_t.shape[1]
+    by_sin, by_cos = (np.ascontiguousarray(relative_k.weight_t[i::2]) for i in (0, 1))
+    p = np.empty((2 * t - 1, m), np.float32)
+    ahead, behind = p[t - 1 :: -1], p[t - 1 :]  # row r: position +r, and -r
+
+    def block(start: int, stop: int) -> None:
+        s = np.matmul(sin[start:stop], by_sin, out=scratch.get("sin", stop - start, m))
+        c = np.matmul(cos[start:stop], by_cos, out=scratch.get("cos", stop - start, m))
+        np.add(c, s, out=ahead[start:stop])
+        np.subtract(c, s, out=behind[start:stop])
+
+    blocks(block, t)
+    return p
 
 
 def relative_sinusoids(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -26,6 +26,7 @@ from omnid.engine.cpu_math import (
     silu,
     silu_of_fresh,
 )
+from omnid.engine.nemo.cpu_cache_aware import CpuStreamingLayer
 from omnid.engine.nemo.cpu_fastconformer import CpuConformerLayer, linear, relative_sinusoids
 from omnid.engine.numpy_layers import through_layers
 
@@ -273,6 +274,11 @@ class FastConformer(nn.Module):
     def _cpu_layers(self) -> list[CpuConformerLayer]:
         """Built at the first CPU pass, after the weights are loaded (numpy views of them)."""
         return [CpuConformerLayer(layer) for layer in self.layers]
+
+    @cached_property
+    def cpu_streaming_layers(self) -> list[CpuStreamingLayer]:
+        """The cache-aware step's numpy layers (cache_aware.py), built at the first CPU step."""
+        return [CpuStreamingLayer(layer) for layer in self.layers]
 
 
 def encoder_shapes(d: ConformerDims, prefix: str) -> dict[str, tuple[int, ...]]:

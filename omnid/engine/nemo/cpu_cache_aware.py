@@ -1,0 +1,122 @@
+"""The cache-aware streaming step's layers on MLX's CPU device, in numpy (cache_aware.py's MLX layers serve Metal).
+
+A chunk is a few rows per stream (7 at 560 ms), so a step reads the whole encoder's weights for little arithmetic:
+its time is that of reading them (2.4 GB for the 0.6B model), which MLX's CPU path spent again in its element-wise
+kernels (one core, a scalar exp). Here every product has its output columns shared among cpu_math's threads, each
+reading its share of the weight once for all the rows of every stream in the batch; the rest (norms, SiLU, the
+attention over [cache | chunk], the causal depthwise convolution) is numpy on those few rows. Weights are numpy
+views of the model's MLX arrays, not copies.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import mlx.nn as nn
+import numpy as np
+
+from omnid.engine.cpu_math import silu_rows
+from omnid.engine.nemo.cpu_fastconformer import attention_weights, relative_keys, relative_sinusoids
+from omnid.engine.numpy_layers import Linear, Norm, as_numpy, by_columns
+
+if TYPE_CHECKING:
+    from omnid.engine.nemo.fastconformer import ConformerLayer
+
+
+def _project(x: np.ndarray, *linears: Linear) -> list[np.ndarray]:
+    """Each linear(x) for a few rows, the output columns shared among the threads."""
+    outs = [np.empty((len(x), lin.weight_t.shape[1]), np.float32) for lin in linears]
+    by_columns(x, list(zip(linears, outs)))
+    return outs
+
+
+class CpuStreamingLayer:
+    """One cache-aware Conformer layer over the chunks of B streams (t frames each) with their caches."""
+
+    def __init__(self, layer: ConformerLayer):
+        self.norm_ff1, self.norm_att, self.norm_conv, self.norm_ff2, self.norm_out = (Norm.of(n) for n in (
+            layer.norm_feed_forward1, layer.norm_self_att, layer.norm_conv, layer.norm_feed_forward2, layer.norm_out))
+        self.ff1 = (Linear.of(layer.feed_forward1.linear1), Linear.of(layer.feed_forward1.linear2))
+        self.ff2 = (Linear.of(layer.feed_forward2.linear1), Linear.of(layer.feed_forward2.linear2))
+        self.heads, self.q, self.k, self.v, self.o, self.relative_k, self.bias_u, self.bias_v = attention_weights(
+            layer.self_attn)
+        conv = layer.conv
+        self.pointwise1, self.pointwise2 = Linear.of(conv.pointwise_conv1), Linear.of(conv.pointwise_conv2)
+        self.depthwise = as_numpy(conv.depthwise_conv.weight)[..., 0].T.copy()  # (K, C): tap i's weights in a row
+        self.depthwise_bias = as_numpy(conv.depthwise_conv.bias) if "bias" in conv.depthwise_conv else None
+        assert isinstance(conv.norm, nn.LayerNorm), "a cache-aware encoder's convolution norm is a layer norm"
+        self.conv_norm = Norm.of(conv.norm)
+        self._positions: dict[int, np.ndarray] = {}  # relative keys of n keys: the same for every chunk of n
+
+    def __call__(self, x: np.ndarray, channel: np.ndarray, time: np.ndarray, mask: np.ndarray,
+                 table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """x (B, t, m), updated in place; channel (B, left, m) and time (B, K-1, m): the caches; mask (B, t, n)
+        additive; table: the relative positions' sinusoids of n = left + t keys. -> the new caches."""
+        b, t, m = x.shape
+        rows = x.reshape(b * t, m)
+        self._feed_forward(rows, self.norm_ff1, self.ff1)
+        normed = self.norm_att(rows.copy())
+        keys = np.concatenate([channel, normed.reshape(b, t, m)], axis=1)
+        rows += self._attention_out(normed, keys, mask, table)
+        y, = _project(self.norm_conv(rows.copy()), self.pointwise1)
+        glu = y[:, :m] * _sigmoid(y[:, m:])
+        window = np.concatenate([time, glu.reshape(b, t, m)], axis=1)  # [cache | chunk]: the causal taps
+        k = len(self.depthwise)
+        conv = window[:, :t] * self.depthwise[0]
+        for i in range(1, k):
+            conv += window[:, i : i + t] * self.depthwise[i]
+        if self.depthwise_bias is not None:
+            conv += self.depthwise_bias
+        conv = self.conv_norm(conv.reshape(b * t, m))
+        silu_rows(conv, np.empty_like(conv))
+        rows += _project(conv, self.pointwise2)[0]
+        self._feed_forward(rows, self.norm_ff2, self.ff2)
+        self.norm_out(rows)
+        return keys[:, -channel.shape[1] :], window[:, -time.shape[1] :]
+
+    @staticmethod
+    def _feed_forward(rows: np.ndarray, norm: Norm, linears: tuple[Linear, Linear]) -> None:
+        hidden, = _project(norm(rows.copy()), linears[0])
+        silu_rows(hidden, np.empty_like(hidden))
+        out, = _project(hidden, linears[1])
+        out *= 0.5
+        rows += out
+
+    def _attention_out(self, normed: np.ndarray, keys: np.ndarray, mask: np.ndarray, table: np.ndarray) -> np.ndarray:
+        """Relative-position attention of each stream's chunk over its [cache | chunk] keys, then o_proj."""
+        b, n, m = keys.shape
+        t, h = mask.shape[1], self.heads
+        dk = m // h
+        q, = _project(normed, self.q)
+        k, v = _project(keys.reshape(b * n, m), self.k, self.v)
+        p = self._relative_keys(table)  # (2n - 1, m): positions n-1 ... -(n-1)
+        q4 = q.reshape(b, t, h, dk).transpose(0, 2, 1, 3)
+        k4 = k.reshape(b, n, h, dk).transpose(0, 2, 3, 1)
+        v4 = v.reshape(b, n, h, dk).transpose(0, 2, 1, 3)
+        p3 = p.reshape(2 * n - 1, h, dk).transpose(1, 2, 0)
+        scale = np.float32(1 / math.sqrt(dk))
+        scores = ((q4 + self.bias_u[:, None]) * scale) @ k4  # (b, h, t, n)
+        by_position = ((q4 + self.bias_v[:, None]) * scale) @ p3  # (b, h, t, 2n - 1)
+        column = (t - 1) + np.arange(n)[None, :] - np.arange(t)[:, None]  # query i, key j: position (n-t+i) - j
+        scores += np.take_along_axis(by_position, np.broadcast_to(column, (b, h, t, n)), axis=-1)
+        scores += mask[:, None]
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=-1, keepdims=True)
+        att = (scores @ v4).transpose(0, 2, 1, 3).reshape(b * t, m)
+        return _project(np.ascontiguousarray(att), self.o)[0]
+
+    def _relative_keys(self, table: np.ndarray) -> np.ndarray:
+        n = (len(table) + 1) // 2
+        p = self._positions.get(n)
+        if p is None:
+            p = self._positions[n] = relative_keys(self.relative_k, *relative_sinusoids(table))
+        return p
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    out = np.negative(x)
+    np.exp(out, out=out)
+    out += 1.0
+    return np.reciprocal(out, out=out)
