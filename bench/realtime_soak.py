@@ -12,6 +12,14 @@ VAD's 500 ms of silence detection plus transcription, without waiting those 500 
 
     .venv/bin/python bench/realtime_soak.py                  # 2 h + 16 x 10 min
     .venv/bin/python bench/realtime_soak.py --hours 0.2 --sessions 4 --minutes 2   # a quick look
+    .venv/bin/python bench/realtime_soak.py --stream /tmp/latency/nemotron-0.6b --minutes 30   # a cache-aware model
+
+``--stream PATH`` soaks a cache-aware model instead (a Nemotron checkpoint: bench/nemotron_checkpoint.py makes one
+with the real shapes): one Voxt session, manual turns, ``--minutes`` of corpus speech with silences between the
+clips at real-time pace in 100 ms appends, one stream from the first sample to the commit at the end. Every minute:
+the daemon's RSS, and the compute per chunk over that minute (the model's compute seconds over the chunks its audio
+held, from /metrics' omnid_compute_seconds and omnid_audio_seconds). Printed: RSS growth between minute 5 and the
+end, per-chunk time of the first and last five minutes, previews seen, and the final's latency after the commit.
 """
 
 from __future__ import annotations
@@ -195,6 +203,69 @@ async def phase_two(daemon: Daemon, clips, sessions: int, minutes: float, gaps) 
     return {"marks": marks, "feeders": feeders, "wall": time.monotonic() - started}
 
 
+async def scrape(http: aiohttp.ClientSession, url: str, model: str) -> tuple[float, float]:
+    """(compute seconds, audio seconds) of ``model`` so far, from /metrics."""
+    async with http.get(url + "/metrics") as resp:
+        text = await resp.text()
+    values = {}
+    for name in ("omnid_compute_seconds_total", "omnid_audio_seconds_total"):
+        for line in text.splitlines():
+            if line.startswith(f'{name}{{model="{model}"}}'):
+                values[name] = float(line.split()[-1])
+    return values.get("omnid_compute_seconds_total", 0.0), values.get("omnid_audio_seconds_total", 0.0)
+
+
+async def stream_soak(daemon: Daemon, clips: list[np.ndarray], minutes: float, gaps: tuple[float, float],
+                      chunk_s: float) -> dict:
+    """One Voxt session on the cache-aware model "stream": speech and silence at real-time pace, one minute at a
+    time -> per minute (RSS MB, compute s per chunk), previews, the final's latency."""
+    rng = random.Random(1)
+    audio: list[np.ndarray] = []
+    total = 0
+    while total < minutes * 60 * 16000:
+        clip = soxr.resample(clips[rng.randrange(len(clips))], RATE, 16000).astype(np.float32)
+        gap = np.zeros(int(rng.uniform(*gaps) * 16000), np.float32)
+        audio += [clip, gap]
+        total += len(clip) + len(gap)
+    signal = np.concatenate(audio)[: int(minutes * 60 * 16000)]
+    rows: list[tuple[float, float]] = []
+    seen = {"previews": 0, "final": None, "errors": []}
+    async with aiohttp.ClientSession() as http, http.ws_connect(daemon.url.replace("http", "ws") + "/v1/realtime",
+                                                                 max_msg_size=0) as ws:
+        await ws.send_str(json.dumps({"type": "session.update", "session": {"model": "stream", "turn_detection": None}}))
+        committed: list[float] = []
+
+        async def read() -> None:
+            async for msg in ws:
+                event = json.loads(msg.data)
+                if event["type"] == "error":
+                    seen["errors"].append(event)
+                elif event["type"] == "transcription.segment" and not event["is_final"]:
+                    seen["previews"] += 1
+                elif event["type"] == "transcription.segment" and committed:
+                    seen["final"] = time.monotonic() - committed[0]
+                elif event["type"] == "transcription.completed":
+                    return
+
+        reader = asyncio.ensure_future(read())
+        start, step, minute = time.monotonic(), 1600, 60 * 16000
+        last = await scrape(http, daemon.url, "stream")
+        for i in range(0, len(signal), step):
+            await asyncio.sleep(max(0.0, start + i / 16000 - time.monotonic()))
+            await ws.send_str(json.dumps({"type": "input_audio_buffer.append", "audio": pcm16(signal[i : i + step])}))
+            if (i + step) % minute == 0:
+                now = await scrape(http, daemon.url, "stream")
+                audio_s = now[1] - last[1]
+                rows.append((rss_mb(daemon.pid), (now[0] - last[0]) / max(audio_s / chunk_s, 1e-9)))
+                last = now
+                print(f"  minute {len(rows)}: RSS {rows[-1][0]:.1f} MB, {rows[-1][1]:.3f} s per chunk", flush=True)
+        committed.append(time.monotonic())
+        await ws.send_str(json.dumps({"type": "input_audio_buffer.commit"}))
+        await ws.send_str(json.dumps({"type": "transcription.done"}))
+        await asyncio.wait_for(reader, 600)
+    return {"rows": rows, **seen}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hours", type=float, default=2.0, help="audio fed to the single long session")
@@ -204,10 +275,14 @@ def main() -> None:
                     help="seconds of silence after each clip (uniform)")
     ap.add_argument("--clips", type=int, default=120, help="corpus clips to draw from")
     ap.add_argument("--phases", default="1,2", help="which phases to run (default 1,2)")
+    ap.add_argument("--stream", type=Path, metavar="PATH", help="soak this cache-aware (Nemotron) checkpoint")
     ap.add_argument("serve_args", nargs="*", help="extra arguments for omnid serve (after --)")
     args = ap.parse_args()
 
     clips = load_clips(args.clips)
+    if args.stream:
+        soak_stream(args, clips)
+        return
     daemon = Daemon(args.serve_args)
     try:
         base = rss_mb(daemon.pid)
@@ -234,6 +309,34 @@ def main() -> None:
         report_growth("phase 2", base, two["marks"], rss_mb(daemon.pid))
     finally:
         daemon.stop()
+
+
+def soak_stream(args, clips: list[np.ndarray]) -> None:
+    import tempfile
+
+    from omnid.engine.nemotron.checkpoint import load
+
+    streaming = load(args.stream).streaming
+    chunk_s = (streaming.contexts[0][1] + 1) * 0.08
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "omnid.toml"
+        config.write_text(f'[[models]]\nid = "stream"\nkind = "nemotron"\npath = "{args.stream}"\n')
+        daemon = Daemon(["--config", str(config), *args.serve_args])
+        try:
+            base = rss_mb(daemon.pid)
+            print(f"daemon pid {daemon.pid}, RSS after load {base:.1f} MB; one session, {args.minutes:g} min at real "
+                  f"time, native chunk {chunk_s * 1000:.0f} ms, gaps {args.gap} s", flush=True)
+            out = asyncio.run(stream_soak(daemon, clips, args.minutes, tuple(args.gap), chunk_s))
+        finally:
+            daemon.stop()
+    rows = out["rows"]
+    first, later = [r[1] for r in rows[:5]], [r[1] for r in rows[-5:]]
+    at5 = rows[4][0] if len(rows) >= 5 else rows[0][0]
+    print(f"RSS: after load {base:.1f} MB, minute 5 {at5:.1f} MB, end {rows[-1][0]:.1f} MB: growth minute 5 -> end "
+          f"{rows[-1][0] - at5:+.1f} MB (peak {max(r[0] for r in rows):.1f} MB)")
+    print(f"per-chunk compute: median of minutes 1-5 {np.median(first):.3f} s, of the last five {np.median(later):.3f} s "
+          f"(ratio {np.median(later) / np.median(first):.2f}); previews {out['previews']}; final {out['final']} s after "
+          f"the commit; errors {len(out['errors'])}")
 
 
 def report_growth(label: str, base: float, marks: list[tuple[float, float]], end: float) -> None:

@@ -41,6 +41,8 @@ class Metrics:
                              ["model"], registry=self.registry)
         self.rtf = Histogram("omnid_realtime_factor", "Compute seconds per second of audio, per job",
                              ["model"], buckets=RTF_BUCKETS, registry=self.registry)
+        self.compute = Counter("omnid_compute_seconds", "Seconds each model's jobs ran (jobs run together each count "
+                               "the whole time)", ["model"], registry=self.registry)
         self.queue_wait = Histogram("omnid_queue_wait_seconds", "Seconds a job waited in its engine's queue",
                                     ["model"], buckets=WAIT_BUCKETS, registry=self.registry)
         self._gauges: list[Callable[[], list[GaugeMetricFamily]]] = []
@@ -48,6 +50,7 @@ class Metrics:
 
     def observe_job(self, model: str, wait_s: float, run_s: float, audio_s: float | None) -> None:
         self.queue_wait.labels(model).observe(wait_s)
+        self.compute.labels(model).inc(run_s)
         if audio_s:
             self.audio.labels(model).inc(audio_s)
             self.rtf.labels(model).observe(run_s / audio_s)

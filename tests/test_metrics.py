@@ -53,5 +53,6 @@ async def test_metrics_parse_and_move_with_work(server):
     assert moved("omnid_audio_seconds", "omnid_audio_seconds_total", model="tiny.en") >= 2 * len(audio) / 16000 - 0.1
     assert moved("omnid_audio_seconds", "omnid_audio_seconds_total", model="silero-vad") >= len(audio) / 16000 - 0.1
     assert moved("omnid_realtime_factor", "omnid_realtime_factor_count", model="tiny.en") >= 2
+    assert moved("omnid_compute_seconds", "omnid_compute_seconds_total", model="tiny.en") > 0
     assert moved("omnid_queue_wait_seconds", "omnid_queue_wait_seconds_count", model="tiny.en") >= 2
     assert value(after, "omnid_engine_queue_depth", "omnid_engine_queue_depth", model="tiny.en", state="running") == 0

@@ -21,6 +21,7 @@ from omnid.engine.nemotron.stream import Stream
 from tests.helpers import (
     append,
     as_received,
+    b64,
     collect,
     get,
     openai_manual_turn,
@@ -276,3 +277,31 @@ async def test_a_client_gone_mid_stream_frees_it_at_the_next_chunk(daemon):
     assert "cancelled" in seen and "finished" not in seen, seen
     status, health = get(daemon.url + "/health")
     assert health["request_states"] == {} and health["realtime_sessions"] == 0, health
+
+
+async def test_openai_server_vad_turns_each_get_a_stream(daemon):
+    """Two utterances with silence between: server VAD ends each turn by itself; each item's deltas add up to its
+    transcript, which is that of a stream over the item's audio."""
+    import websockets
+
+    clip = as_received(audio("librispeech"))
+    signal = np.concatenate([silence(0.5), clip, silence(1.5), clip, silence(1.5)])
+    async with websockets.connect(daemon.ws_url + "/v1/realtime?protocol=openai") as ws:
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        await ws.send(json.dumps({"type": "session.update", "session": {
+            "type": "transcription", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000},
+                                                         "transcription": {"model": NEMOTRON}}}}}))
+        assert json.loads(await ws.recv())["type"] == "session.updated"
+        for i in range(0, len(signal), 8000):
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": b64(signal[i : i + 8000])}))
+        deltas: dict[str, str] = {}
+        done: dict[str, str] = {}
+        while len(done) < 2:
+            event = json.loads(await asyncio.wait_for(ws.recv(), 60))
+            assert event["type"] != "error", event
+            if event["type"].endswith("transcription.delta"):
+                deltas[event["item_id"]] = deltas.get(event["item_id"], "") + event["delta"]
+            elif event["type"].endswith("transcription.completed"):
+                done[event["item_id"]] = event["transcript"]
+    assert all(text for text in done.values()) and all(deltas[item] == text for item, text in done.items()), (
+        deltas, done)
