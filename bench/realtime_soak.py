@@ -320,7 +320,8 @@ def soak_stream(args, clips: list[np.ndarray]) -> None:
     chunk_s = (streaming.contexts[0][1] + 1) * 0.08
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "omnid.toml"
-        config.write_text(f'[[models]]\nid = "stream"\nkind = "nemotron"\npath = "{args.stream}"\n')
+        config.write_text(f'[transcription]\ndefault_model = "stream"\n\n'
+                          f'[[models]]\nid = "stream"\nkind = "nemotron"\npath = "{args.stream}"\n')
         daemon = Daemon(["--config", str(config), *args.serve_args])
         try:
             base = rss_mb(daemon.pid)

@@ -383,3 +383,30 @@ def test_streams_at_one_chunk_size_are_encoded_together_each_with_its_caches():
         alone.finish()
         assert results[key].text == m.vocabulary.text([t.id for t in alone.tokens]), clip  # type: ignore[attr-defined]
     assert sum(rows) == len(chunks) and max(rows) == 3 and len(rows) < len(chunks), rows
+
+
+def test_a_streams_text_extended_token_by_token_is_the_vocabularys_text_of_them_all():
+    """A live stream's text is extended as tokens come (its cost per token, not per token so far): at every step
+    it equals Vocabulary.text of all the ids, over random sequences with word starts, lone spaces, punctuation after
+    spaces, byte pieces making up a character (and a broken one), control and unknown pieces."""
+    import random
+
+    from omnid.engine.nemo.tokenizer import IncrementalText, Vocabulary
+    from omnid.engine.nemotron.stream import Stream
+
+    vocab = Vocabulary.from_pieces(["<unk>", "<s>", "\u2581the", "\u2581", "cat", ".", ",", "\u2581.", "?", "s",
+                                    "<0xE4>", "<0xBD>", "<0xA0>", "\u2581a", "!"])
+    rng = random.Random(0)
+    for _ in range(300):
+        ids = [rng.randrange(len(vocab)) for _ in range(rng.randrange(1, 30))]
+        growing, at = IncrementalText(vocab), 0
+        while at < len(ids):
+            step = rng.randrange(1, 4)
+            growing.extend(ids[at : at + step])
+            at += step
+            assert growing.text == vocab.text(ids[:at]), ids[:at]
+    m = model()
+    stream = Stream(m, 2, 0)
+    stream.push(audio("librispeech"))
+    stream.finish()
+    assert stream.text == m.vocabulary.text([t.id for t in stream.tokens]) and stream.text

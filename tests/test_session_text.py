@@ -51,3 +51,14 @@ def test_an_observed_hypothesis_lets_the_next_one_commit_but_commits_nothing_its
     fresh.observe("than in the same")
     assert fresh.update("than in the same operations") == "than in the"
     assert fresh.update("than in the same operations with") == " same"
+
+
+def test_a_growing_streams_deltas_are_its_complete_words_spaces_as_they_are():
+    from omnid.realtime.text import GrowingText
+
+    g = GrowingText()
+    assert g.update("Hel") == "" and g.update("Hello wor") == "Hello "
+    assert g.update("Hello world,  and") == "world,  " and g.text() == "Hello world,  "
+    assert g.update("Hello world,  and") == ""  # nothing new
+    assert g.update("Hello there") == ""  # not a continuation of what was sent: nothing more is sent
+    assert g.update("Hello world,  and so ") == "and " and g.text() == "Hello world,  and "

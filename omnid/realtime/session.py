@@ -219,7 +219,10 @@ class Session:
 
     async def _analyse(self, new: np.ndarray) -> None:
         first = self.vad_stream.windows
-        probs = await self.vad.feed(self.vad_stream, new) if len(new) else np.zeros(0, np.float32)
+        # A stream with manual turns is fed every sample and ends at the commit: speech probabilities would decide
+        # nothing, and Silero's work would take the cores the stream's encoder needs.
+        listen = len(new) and not (self.cache_aware and self.settings.manual)
+        probs = await self.vad.feed(self.vad_stream, new) if listen else np.zeros(0, np.float32)
         if self.settings.manual and self.segment is None and self.buffer.end > self.uncommitted_from:
             self._open(self.uncommitted_from)
         for k, p in enumerate(probs, start=first):

@@ -4,8 +4,6 @@ deltas)."""
 
 from __future__ import annotations
 
-import re
-
 from omnid.engine.spacing import join_segments
 
 __all__ = ["GrowingText", "LocalAgreement", "join_segments"]
@@ -56,16 +54,16 @@ class GrowingText:
         self.sent = ""
 
     def update(self, text: str) -> str:
-        """The stream's whole text so far -> the newly complete words, to send as a delta ("" when none)."""
-        last = _LAST_WORD.search(text)
-        complete = text[: last.start()] if last else ""
-        if len(complete) <= len(self.sent) or not complete.startswith(self.sent):
+        """The stream's whole text so far -> the newly complete words, to send as a delta ("" when none). Looks
+        only at the text's end and at what it adds (a day's stream holds a lot of text)."""
+        start = len(text.rstrip())  # the last word: back from its end to the space before it
+        while start > 0 and not text[start - 1].isspace():
+            start -= 1
+        if start <= len(self.sent) or not text.startswith(self.sent):
             return ""
-        delta, self.sent = complete[len(self.sent) :], complete
+        delta, self.sent = text[len(self.sent) : start], text[:start]
         return delta
 
     def text(self) -> str:
         return self.sent
 
-
-_LAST_WORD = re.compile(r"\S+\s*$")

@@ -127,6 +127,59 @@ class Vocabulary:
         return pattern.sub(r"\2", text) if pattern is not None else text
 
 
+
+class IncrementalText:
+    """``Vocabulary.text`` of a sequence that only grows (a live stream's tokens), extended as ids come rather
+    than decoded again from the start: the same text, at a cost per new id, not per id so far. The pieces' text is
+    folded in as ``piece_text`` folds it (pending bytes, the dummy prefix); the punctuation rule removes a space
+    before a mark, so the text through the last character that is not a space never changes again and is kept done;
+    only the spaces after it wait for what follows."""
+
+    def __init__(self, vocabulary: Vocabulary):
+        self.vocabulary = vocabulary
+        self.done = ""  # final: the text of raw up to a character that is not a space
+        self.tail = ""  # the raw text after it (a few characters)
+        self.pending = bytearray()  # byte pieces not yet decoded
+        self.started = False
+
+    def extend(self, ids: list[int]) -> None:
+        v = self.vocabulary
+        for i in ids:
+            kind = v.kinds[i]
+            if kind == BYTE:
+                match = _BYTE.match(v.pieces[i])
+                assert match is not None
+                self.pending.append(int(match.group(1), 16))
+                continue
+            self._flush()
+            if kind in (CONTROL, UNUSED):
+                continue
+            piece = UNKNOWN_TEXT if kind == UNKNOWN else v.pieces[i].replace(SPACE, " ")
+            if not self.started:
+                piece = piece.lstrip(" ")
+                self.started = bool(piece)
+            self.tail += piece
+        cut = len(self.tail.rstrip())  # through the last character that is not a space: no mark can follow a space
+        if cut:
+            self.done += self._rule(self.tail[:cut])
+            self.tail = self.tail[cut:]
+
+    @property
+    def text(self) -> str:
+        tail = self.tail + (self.pending.decode("utf-8", errors="replace") if self.pending else "")
+        return self.done + self._rule(tail)
+
+    def _flush(self) -> None:
+        if self.pending:
+            self.tail += self.pending.decode("utf-8", errors="replace")
+            self.started = True
+            self.pending.clear()
+
+    def _rule(self, text: str) -> str:
+        pattern = self.vocabulary._before_punctuation
+        return pattern.sub(r"\2", text) if pattern is not None else text
+
+
 def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
     """A protobuf message's (field number, value) pairs: varints as ints, length-delimited fields as bytes; fixed
     32- and 64-bit fields are skipped (as 0)."""

@@ -141,12 +141,10 @@ class NemotronEngine:
         if finish:
             stream.mel.finish()
         yield from _chunks(stream)
-        ids = [t.id for t in stream.tokens]
-        text = self.model.vocabulary.text(ids)
         said: tuple[Sentence, ...] = ()
         if finish:
             said = tuple(timestamps.sentences(stream.tokens, self.model.vocabulary, live.offset))
-        return StreamUpdate(text, len(ids), said)
+        return StreamUpdate(stream.text, len(stream.tokens), said)
 
     # --- files ------------------------------------------------------------------------------------------------
 

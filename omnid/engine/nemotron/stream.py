@@ -27,6 +27,7 @@ import numpy as np
 from omnid.engine.nemo.cache_aware import EncoderCache, stream_steps
 from omnid.engine.nemo.fastconformer import subsampled_length
 from omnid.engine.nemo.features import MelStream
+from omnid.engine.nemo.tokenizer import IncrementalText
 from omnid.engine.nemo.transducer import Token
 from omnid.engine.nemotron.model import Nemotron
 
@@ -59,6 +60,7 @@ class Stream:
         self.left = model.streaming.contexts[0][0]
         self.mel = MelStream(model.front, keep_last=True)
         self.tokens: list[Token] = []
+        self._text = IncrementalText(model.vocabulary)
         self._taken = np.zeros((0, model.front.n_mels), np.float32)  # taken from the log-mel, not yet encoded
         self._mel_cache = np.zeros((0, model.front.n_mels), np.float32)
         self._consumed = 0  # mel frames encoded
@@ -116,7 +118,13 @@ class Stream:
         tokens, self._decoding = self.model.transducer.continue_greedy(
             self.model.prompted(encoded, self.prompt), self._decoding)
         self.tokens.extend(tokens)
+        self._text.extend([t.id for t in tokens])
         return tokens
+
+    @property
+    def text(self) -> str:
+        """The text of the tokens so far (the vocabulary's text of them, extended chunk by chunk)."""
+        return self._text.text
 
     def _advance(self, window: np.ndarray, frames: int, emitted: int) -> None:
         self._taken = self._taken[frames:]
