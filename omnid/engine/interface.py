@@ -99,7 +99,6 @@ class StreamUpdate:
     """What a live stream has given so far: its whole text (it only grows), and when finished its sentences."""
 
     text: str
-    tokens: int
     sentences: tuple[Sentence, ...] = ()
 
 

@@ -119,6 +119,7 @@ class Session:
         self.vad = vad
         self.emit = emit
         self.settings = settings
+        self.cache_aware = self._streams(settings)
         self.buffer = AudioBuffer(settings.rate, config.max_backlog_s)
         self.vad_stream = VadStream()
         # Window probabilities of about the last second: where an over-long segment is cut.
@@ -161,6 +162,12 @@ class Session:
             if self.turns is not None:
                 self.turns.window = self.vad_stream.windows
         self.settings = settings
+        self.cache_aware = self._streams(settings)
+
+    def _streams(self, s: Settings) -> bool:
+        """The model streams (each chunk encoded once) rather than re-decoding segments: asked once per settings,
+        not on every append."""
+        return self.engines[s.model].engine.capabilities.streaming == "cache_aware"
 
     async def _tokenize(self, settings: Settings) -> tuple[int, ...]:
         """Once per prompt, on a worker thread (the prompt is capped, but the event loop waits for nobody)."""
@@ -172,11 +179,6 @@ class Session:
     @property
     def audio_started(self) -> bool:
         return self.input_samples > 0
-
-    @property
-    def cache_aware(self) -> bool:
-        """The model streams (each chunk encoded once) rather than re-decoding segments."""
-        return self.engines[self.settings.model].engine.capabilities.streaming == "cache_aware"
 
     @property
     def threshold(self) -> float:
@@ -394,10 +396,10 @@ class Session:
         if seg.stream is not None:
             job = self._final_job(seg, audio)  # the audio its stream has not had yet
             job.seconds, job.fed_from = (end - seg.start) / SAMPLE_RATE, seg.fed
-        elif seg.speech_at is None or seg.speech_at >= end:
-            audio = audio[:0]  # no speech: it finalises to empty text without the model
-        # A speculation holds the turn up to where its speech paused; what came after is silence to VAD.
-        if seg.stream is None:
+        else:
+            if seg.speech_at is None or seg.speech_at >= end:
+                audio = audio[:0]  # no speech: it finalises to empty text without the model
+            # A speculation holds the turn up to where its speech paused; what came after is silence to VAD.
             job = spec if spec is not None else self._final_job(seg, audio)
         job.closed_at = time.monotonic()
         self._finals.append(job)

@@ -39,7 +39,7 @@ log = structlog.get_logger(__name__)
 Check = Callable[[], None]
 MAX_TOKENS = 4096  # what a request's max_new_tokens is held to (a transducer has no token budget)
 PUSH_SECONDS = 10.0  # a file is pushed into its stream this much at a time: cancellation and progress between
-FRAME_MS = 80  # an encoder frame (10 ms mel hop x 8)
+FRAME_MS = round(timestamps.FRAME_SECONDS * 1000)  # an encoder frame
 
 
 @dataclass
@@ -144,7 +144,7 @@ class NemotronEngine:
         said: tuple[Sentence, ...] = ()
         if finish:
             said = tuple(timestamps.sentences(stream.tokens, self.model.vocabulary, live.offset))
-        return StreamUpdate(stream.text, len(stream.tokens), said)
+        return StreamUpdate(stream.text, said)
 
     # --- files ------------------------------------------------------------------------------------------------
 
