@@ -195,3 +195,30 @@ def test_one_blas_runs_single_threaded_inside_and_is_restored_after_overlapping_
     assert all(inside[p] == 1 and still[p] == 1 for p in held)
     assert {p: n for p, n in inside.items() if p not in held} == {p: n for p, n in before.items() if p not in held}
     assert threads() == before
+
+
+@pytest.mark.parametrize("rows", [1, 7, 14, 63])
+def test_products_by_column_blocks_are_the_whole_product(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
+    """A few rows by a transposed weight, its columns split between the threads and into blocks for the BLAS's
+    small-matrix kernel (on a CPU whose BLAS has none, blocks as if it had): the product of x by the weight."""
+    from omnid.engine import numpy_layers
+    from omnid.engine.numpy_layers import Linear, by_columns
+
+    rng = np.random.default_rng(rows)
+    weight = rng.standard_normal((1000, 512), np.float32)  # (out, in), as MLX keeps it: 1000 columns, not 8s
+    bias = rng.standard_normal(1000, np.float32)
+    x = rng.standard_normal((rows, 512), np.float32)
+    expected = x.astype(np.float64) @ weight.T.astype(np.float64) + bias
+    for blocks in (numpy_layers.small_product_columns, lambda r, d: cpu_math.SMALL_PRODUCT // (r * d) // 8 * 8 or None):
+        monkeypatch.setattr(numpy_layers, "small_product_columns", blocks)
+        out = np.full((rows, 1000), np.nan, np.float32)
+        by_columns(x, [(Linear(weight.T, bias), out)])
+        assert np.abs(out - expected).max() <= 1e-4
+
+
+def test_small_product_columns_keep_a_product_within_the_small_kernels_size() -> None:
+    for rows, depth in ((1, 1024), (7, 1024), (14, 4096), (63, 1024)):
+        columns = cpu_math.small_product_columns(rows, depth)
+        if columns is not None:
+            assert columns % 8 == 0 and 0 < rows * depth * columns <= cpu_math.SMALL_PRODUCT
+    assert cpu_math.small_product_columns(500, 1024) is None  # too many rows for even 8 columns

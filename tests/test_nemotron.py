@@ -129,8 +129,8 @@ def test_streaming_and_offline_disagree_where_nemo_says() -> None:
 
 
 def test_a_streams_state_does_not_grow() -> None:
-    """After any number of chunks the encoder cache is the same few arrays: left x d_model and (kernel - 1) x
-    d_model per layer, and a count."""
+    """After any number of chunks the encoder cache is the same few arrays: left x d_model keys and values and
+    (kernel - 1) x d_model per layer, and a count."""
     import mlx.core as mx
 
     from omnid.engine.nemo.cache_aware import EncoderCache, stream_step
@@ -138,10 +138,10 @@ def test_a_streams_state_does_not_grow() -> None:
     m = model()
     mel = arrays()["mel/long"]
     cache = EncoderCache.initial(m.encoder, 56)
-    shapes = (cache.channel.shape, cache.time.shape)
+    shapes = (cache.keys.shape, cache.values.shape, cache.time.shape)
     for i, start in enumerate(range(0, 800, 16)):
         _, cache = stream_step(m.encoder, mx.array(mel[start : start + 16 + 9]), cache, (56, 1), 2 if i else 0)
-        assert (cache.channel.shape, cache.time.shape) == shapes
+        assert (cache.keys.shape, cache.values.shape, cache.time.shape) == shapes
     assert cache.filled == 56
 
 

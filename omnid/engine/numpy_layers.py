@@ -13,7 +13,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from omnid.engine.cpu_math import CPU_THREADS, by_rows, by_share, layer_norm_rows
+from omnid.engine.cpu_math import CPU_THREADS, by_rows, by_share, layer_norm_rows, small_product_columns
 
 
 def as_numpy(a: mx.array) -> np.ndarray:
@@ -93,15 +93,20 @@ def blocks(work: Callable[[int, int], object], n: int) -> None:
 
 def by_columns(x: np.ndarray, products: Sequence[tuple[Linear, np.ndarray]]) -> None:
     """Each ``out = linear(x)`` with the output columns shared among the threads, every thread's products over all
-    the rows: for a few rows, where a share of the rows would be too few for the BLAS to run at speed."""
+    the rows: for a few rows, where a share of the rows would be too few for the BLAS to run at speed. Each share
+    goes in column blocks small enough for OpenBLAS's small-matrix kernel where numpy's BLAS has one
+    (``small_product_columns``)."""
     width = products[0][1].shape[1]
     share = -(-width // CPU_THREADS)
+    block = min(share, small_product_columns(len(x), x.shape[1]) or share)
 
     def columns(start: int, stop: int) -> None:
-        for linear, out in products:
-            np.matmul(x, linear.weight_t[:, start:stop], out=out[:, start:stop])
-            if linear.bias is not None:
-                out[:, start:stop] += linear.bias[start:stop]
+        for first in range(start, stop, block):
+            last = min(first + block, stop)
+            for linear, out in products:
+                np.matmul(x, linear.weight_t[:, first:last], out=out[:, first:last])
+                if linear.bias is not None:
+                    out[:, first:last] += linear.bias[first:last]
 
     by_share(columns, width, share)
 

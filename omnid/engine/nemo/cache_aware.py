@@ -1,9 +1,10 @@
 """The shared FastConformer's cache-aware streaming step (NeMo's ``cache_aware_stream_step``, Nemotron's encoder):
 each chunk of new frames is encoded once, against fixed-size caches of what came before.
 
-Per layer a stream keeps the attention's input (after its layer norm) for the last ``left`` frames and the
-convolution module's last kernel-1 GLU outputs; and how many of the attention slots hold real frames (a fresh
-stream's are zeros, masked out). A chunk's frames attend to the valid cached frames and to each other (a chunk is
+Per layer a stream keeps the attention's keys and values (projected: NeMo caches the normed input and projects all
+``left`` cached frames again at every chunk, the same numbers for several times the work) for the last ``left``
+frames and the convolution module's last kernel-1 GLU outputs; and how many of the attention slots hold real frames
+(a fresh stream's are zeros, masked out). A chunk's frames attend to the valid cached frames and to each other (a chunk is
 at most right + 1 frames: one chunk of the chunked-limited mask, with the left chunks in the cache), with
 relative positions counted from the oldest slot; the causal depthwise convolution reads its cache before the
 chunk. The caches then keep the newest frames. Nothing grows with the length of the stream.
@@ -30,14 +31,16 @@ from omnid.engine.nemo.fastconformer import ConformerLayer, FastConformer, relat
 class EncoderCache:
     """One stream's encoder state: a few fixed-size arrays."""
 
-    channel: mx.array | np.ndarray  # (layers, left, d_model): each layer's normed attention input of the last frames
+    keys: mx.array | np.ndarray  # (layers, left, d_model): each layer's attention keys of the last frames
+    values: mx.array | np.ndarray  # (layers, left, d_model): and their values
     time: mx.array | np.ndarray  # (layers, kernel - 1, d_model): each layer's last GLU outputs (numpy on the CPU)
     filled: int  # attention slots holding real frames (the newest ones), at most left
 
     @classmethod
     def initial(cls, encoder: FastConformer, left: int) -> EncoderCache:
         d = encoder.d
-        return cls(mx.zeros((d.layers, left, d.d_model)), mx.zeros((d.layers, d.conv_kernel - 1, d.d_model)), 0)
+        kv = mx.zeros((d.layers, left, d.d_model))
+        return cls(kv, kv, mx.zeros((d.layers, d.conv_kernel - 1, d.d_model)), 0)
 
 
 def stream_step(encoder: FastConformer, mel: mx.array, cache: EncoderCache, context: tuple[int, int] | None,
@@ -60,7 +63,7 @@ def stream_steps(encoder: FastConformer, mels: mx.array, caches: list[EncoderCac
     x = encoder.subsampling(mels)[:, first:last]
     if encoder.d.xscaling:
         x = x * math.sqrt(encoder.d.d_model)
-    t, left = x.shape[1], caches[0].channel.shape[1]
+    t, left = x.shape[1], caches[0].keys.shape[1]
     pos = relative_positions(left + t, encoder.d.d_model)
     masks = np.stack([_mask(t, left, c.filled, context) for c in caches])  # (B, t, left + t)
     stack: Callable[..., Any]
@@ -71,27 +74,26 @@ def stream_steps(encoder: FastConformer, mels: mx.array, caches: list[EncoderCac
         h, table, stack, convert = np.array(x), np.asarray(pos), np.stack, np.asarray
         cpu = encoder.cpu_streaming_layers
 
-        def step(i: int, x: Any, channel: Any, time: Any) -> tuple[Any, Any, Any]:
-            return x, *cpu[i](x, channel, time, masks, table)  # x is updated in place
+        def step(i: int, x: Any, keys: Any, values: Any, time: Any) -> tuple[Any, Any, Any, Any]:
+            return x, *cpu[i](x, keys, values, time, masks, table)  # x is updated in place
     else:
         mask, stack, convert = mx.array(masks)[:, None], cast(Callable[..., Any], mx.stack), mx.array
 
-        def step(i: int, x: Any, channel: Any, time: Any) -> tuple[Any, Any, Any]:
-            return _layer(encoder.layers[i], x, pos, mask, channel, time)
-    channel = stack([convert(c.channel) for c in caches], axis=1)  # (layers, B, left, d_model)
-    time = stack([convert(c.time) for c in caches], axis=1)
-    channels: list[Any] = []
-    times: list[Any] = []
+        def step(i: int, x: Any, keys: Any, values: Any, time: Any) -> tuple[Any, Any, Any, Any]:
+            return _layer(encoder.layers[i], x, pos, mask, keys, values, time)
+    keys, values, time = (stack([convert(getattr(c, name)) for c in caches], axis=1)  # (layers, B, ...)
+                          for name in ("keys", "values", "time"))
+    new: list[list[Any]] = [[], [], []]
     for i in range(len(encoder.layers)):
         if between is not None:
             between()
-        h, c, k = step(i, h, channel[i], time[i])
-        channels.append(c)
-        times.append(k)
-    new_channel, new_time = stack(channels, axis=1), stack(times, axis=1)  # (B, layers, ...)
+        h, *caches_i = step(i, h, keys[i], values[i], time[i])
+        for kept, c in zip(new, caches_i):
+            kept.append(c)
+    new_keys, new_values, new_time = (stack(kept, axis=1) for kept in new)  # (B, layers, ...)
     if isinstance(h, mx.array):
-        mx.eval(h, new_channel, new_time)
-    return [(mx.array(h[b]), EncoderCache(new_channel[b], new_time[b], min(c.filled + t, left)))
+        mx.eval(h, new_keys, new_values, new_time)
+    return [(mx.array(h[b]), EncoderCache(new_keys[b], new_values[b], new_time[b], min(c.filled + t, left)))
             for b, c in enumerate(caches)]
 
 
@@ -107,14 +109,16 @@ def _mask(t: int, left: int, filled: int, context: tuple[int, int] | None) -> np
     return np.where(allowed, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
 
 
-def _layer(layer: ConformerLayer, x: mx.array, pos: mx.array, mask: mx.array, channel: mx.array,
-           time: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-    """One Conformer layer over a batch of chunks (B, t, d_model) with their caches -> output, new attention and
-    conv caches."""
+def _layer(layer: ConformerLayer, x: mx.array, pos: mx.array, mask: mx.array, keys: mx.array, values: mx.array,
+           time: mx.array) -> tuple[mx.array, mx.array, mx.array, mx.array]:
+    """One Conformer layer over a batch of chunks (B, t, d_model) with their caches -> output, new keys, values and
+    conv cache."""
     x = x + 0.5 * layer.feed_forward1(layer.norm_feed_forward1(x))
     normed = layer.norm_self_att(x)
-    keys = mx.concatenate([channel, normed], axis=1)
-    x = x + _attention(layer, normed, keys, pos, mask)
+    att = layer.self_attn
+    keys = mx.concatenate([keys, att.k_proj(normed)], axis=1)
+    values = mx.concatenate([values, att.v_proj(normed)], axis=1)
+    x = x + _attention(layer, normed, keys, values, pos, mask)
     conv = layer.conv
     a, gate = mx.split(conv.pointwise_conv1(layer.norm_conv(x)), 2, axis=-1)
     glu = mx.concatenate([time, a * mx.sigmoid(gate)], axis=1)
@@ -123,20 +127,21 @@ def _layer(layer: ConformerLayer, x: mx.array, pos: mx.array, mask: mx.array, ch
     y = depthwise_conv1d(glu, depthwise.weight, depthwise.bias if "bias" in depthwise else None, True)[:, -t:]
     x = x + conv.pointwise_conv2(silu(conv.norm(y)))
     x = x + 0.5 * layer.feed_forward2(layer.norm_feed_forward2(x))
-    return layer.norm_out(x), keys[:, -channel.shape[1] :], glu[:, -time.shape[1] :]
+    return layer.norm_out(x), keys[:, t:], values[:, t:], glu[:, -time.shape[1] :]
 
 
-def _attention(layer: ConformerLayer, queries: mx.array, keys: mx.array, pos: mx.array, mask: mx.array) -> mx.array:
-    """Relative-position attention of t queries (a chunk) over n = left + t keys ([cache | chunk]), per row of the
-    batch: query i sits at position left + i, so its score with key j uses relative position left + i - j (``pos``
-    holds n-1 ... -(n-1))."""
+def _attention(layer: ConformerLayer, queries: mx.array, keys: mx.array, values: mx.array, pos: mx.array,
+               mask: mx.array) -> mx.array:
+    """Relative-position attention of t queries (a chunk) over n = left + t projected keys and values ([cache |
+    chunk]), per row of the batch: query i sits at position left + i, so its score with key j uses relative
+    position left + i - j (``pos`` holds n-1 ... -(n-1))."""
     att = layer.self_attn
     b, t, m = queries.shape
     n, h = keys.shape[1], att.heads
     dk = m // h
     q = att.q_proj(queries).reshape(b, t, h, dk).transpose(0, 2, 1, 3)
-    k = att.k_proj(keys).reshape(b, n, h, dk).transpose(0, 2, 1, 3)
-    v = att.v_proj(keys).reshape(b, n, h, dk).transpose(0, 2, 1, 3)
+    k = keys.reshape(b, n, h, dk).transpose(0, 2, 1, 3)
+    v = values.reshape(b, n, h, dk).transpose(0, 2, 1, 3)
     p = att.relative_k_proj(pos).reshape(-1, h, dk).transpose(1, 0, 2)
     by_key = (q + att.bias_u[:, None]) @ k.transpose(0, 1, 3, 2)
     by_position = (q + att.bias_v[:, None]) @ p.transpose(0, 2, 1)  # (b, h, t, 2n - 1)

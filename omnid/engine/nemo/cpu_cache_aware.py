@@ -1,11 +1,12 @@
 """The cache-aware streaming step's layers on MLX's CPU device, in numpy (cache_aware.py's MLX layers serve Metal).
 
-A chunk is a few rows per stream (7 at 560 ms), so a step reads the whole encoder's weights for little arithmetic:
-its time is that of reading them (2.4 GB for the 0.6B model), which MLX's CPU path spent again in its element-wise
-kernels (one core, a scalar exp). Here every product has its output columns shared among cpu_math's threads, each
-reading its share of the weight once for all the rows of every stream in the batch; the rest (norms, SiLU, the
-attention over [cache | chunk], the causal depthwise convolution) is numpy on those few rows. Weights are numpy
-views of the model's MLX arrays, not copies.
+A chunk is a few rows per stream (7 at 560 ms), so a step reads the whole encoder's weights for little arithmetic,
+and a BLAS runs products of so few rows far below its speed on many (numpy_layers.by_columns: the small-matrix
+kernel where there is one). Here every product has its output columns shared among cpu_math's threads, each
+reading its share of the weight once for all the rows of every stream in the batch; only the chunk's rows are
+projected to keys and values (the cache keeps them projected); the rest (norms, SiLU, the attention over [cache |
+chunk], the causal depthwise convolution) is numpy on those few rows. Weights are numpy views of the model's MLX
+arrays, not copies.
 """
 
 from __future__ import annotations
@@ -49,22 +50,22 @@ class CpuStreamingLayer:
         self.conv_norm = Norm.of(conv.norm)
         self._positions: dict[int, np.ndarray] = {}  # relative keys of n keys: the same for every chunk of n
 
-    def __call__(self, x: np.ndarray, channel: np.ndarray, time: np.ndarray, mask: np.ndarray,
-                 table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """x (B, t, m), updated in place; channel (B, left, m) and time (B, K-1, m): the caches; mask (B, t, n)
-        additive; table: the relative positions' sinusoids of n = left + t keys. -> the new caches."""
+    def __call__(self, x: np.ndarray, keys: np.ndarray, values: np.ndarray, time: np.ndarray, mask: np.ndarray,
+                 table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """x (B, t, m), updated in place; keys and values (B, left, m) and time (B, K-1, m): the caches; mask
+        (B, t, n) additive; table: the relative positions' sinusoids of n = left + t keys. -> the new caches."""
         b, t, m = x.shape
         rows = x.reshape(b * t, m)
         self._feed_forward(rows, self.norm_ff1, self.ff1)
-        normed = self.norm_att(rows.copy())
-        keys = np.concatenate([channel, normed.reshape(b, t, m)], axis=1)
-        rows += self._attention_out(normed, keys, mask, table)
+        q, k, v = _project(self.norm_att(rows.copy()), self.q, self.k, self.v)  # the chunk's rows only
+        keys = np.concatenate([keys, k.reshape(b, t, m)], axis=1)
+        values = np.concatenate([values, v.reshape(b, t, m)], axis=1)
+        rows += self._attention_out(q, keys, values, mask, table)
         y, = _project(self.norm_conv(rows.copy()), self.pointwise1)
         glu = y[:, :m] * _sigmoid(y[:, m:])
         window = np.concatenate([time, glu.reshape(b, t, m)], axis=1)  # [cache | chunk]: the causal taps
-        k = len(self.depthwise)
         conv = window[:, :t] * self.depthwise[0]
-        for i in range(1, k):
+        for i in range(1, len(self.depthwise)):
             conv += window[:, i : i + t] * self.depthwise[i]
         if self.depthwise_bias is not None:
             conv += self.depthwise_bias
@@ -73,7 +74,7 @@ class CpuStreamingLayer:
         rows += _project(conv, self.pointwise2)[0]
         self._feed_forward(rows, self.norm_ff2, self.ff2)
         self.norm_out(rows)
-        return keys[:, -channel.shape[1] :], window[:, -time.shape[1] :]
+        return keys[:, t:], values[:, t:], window[:, -time.shape[1] :]  # the newest left frames
 
     @staticmethod
     def _feed_forward(rows: np.ndarray, norm: Norm, linears: tuple[Linear, Linear]) -> None:
@@ -83,17 +84,17 @@ class CpuStreamingLayer:
         out *= 0.5
         rows += out
 
-    def _attention_out(self, normed: np.ndarray, keys: np.ndarray, mask: np.ndarray, table: np.ndarray) -> np.ndarray:
-        """Relative-position attention of each stream's chunk over its [cache | chunk] keys, then o_proj."""
+    def _attention_out(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, mask: np.ndarray,
+                       table: np.ndarray) -> np.ndarray:
+        """Relative-position attention of each stream's chunk (its queries q, (B t, m)) over its [cache | chunk]
+        keys and values, then o_proj."""
         b, n, m = keys.shape
         t, h = mask.shape[1], self.heads
         dk = m // h
-        q, = _project(normed, self.q)
-        k, v = _project(keys.reshape(b * n, m), self.k, self.v)
         p = self._relative_keys(table)  # (2n - 1, m): positions n-1 ... -(n-1)
         q4 = q.reshape(b, t, h, dk).transpose(0, 2, 1, 3)
-        k4 = k.reshape(b, n, h, dk).transpose(0, 2, 3, 1)
-        v4 = v.reshape(b, n, h, dk).transpose(0, 2, 1, 3)
+        k4 = keys.reshape(b, n, h, dk).transpose(0, 2, 3, 1)
+        v4 = values.reshape(b, n, h, dk).transpose(0, 2, 1, 3)
         p3 = p.reshape(2 * n - 1, h, dk).transpose(1, 2, 0)
         scale = np.float32(1 / math.sqrt(dk))
         scores = ((q4 + self.bias_u[:, None]) * scale) @ k4  # (b, h, t, n)
