@@ -222,3 +222,27 @@ def test_small_product_columns_keep_a_product_within_the_small_kernels_size() ->
         if columns is not None:
             assert columns % 8 == 0 and 0 < rows * depth * columns <= cpu_math.SMALL_PRODUCT
     assert cpu_math.small_product_columns(500, 1024) is None  # too many rows for even 8 columns
+
+
+def test_mlx_openblas_runs_the_kernels_the_cpu_has() -> None:
+    """An OpenBLAS older than the CPU would fall back to generic SSE3 kernels (Prescott), several times slower:
+    the preload names the family from the CPU's instructions, and leaves numpy's and other architectures alone."""
+    from threadpoolctl import ThreadpoolController
+
+    from omnid import blas
+
+    avx512 = blas.AVX512 | {"avx2", "fma"}
+    assert blas.coretype(frozenset(avx512), "x86_64") == "SkylakeX"
+    assert blas.coretype(frozenset({"avx2", "fma", "sse3"}), "x86_64") == "Haswell"
+    assert blas.coretype(frozenset({"sse3"}), "x86_64") is None
+    assert blas.coretype(frozenset(avx512), "aarch64") is None
+    import os
+    import platform
+
+    chosen = blas.coretype(blas._cpu_flags(), platform.machine().lower())
+    if chosen is None or not blas.status().path or os.environ.get("OPENBLAS_CORETYPE"):
+        return  # nothing chosen here: OpenBLAS's own choice, or the user's
+    real = os.path.realpath(blas.status().path)
+    mlx_lib = [i for i in ThreadpoolController().info() if os.path.realpath(i["filepath"]) == real]
+    assert [i["architecture"] for i in mlx_lib] == [chosen]
+    assert blas.status().reason.endswith(f"{chosen} kernels")
