@@ -7,7 +7,11 @@ heads, ff 4096, conv kernel 9, causal dw_striding x8 with 256 channels, 56 frame
 13,087 pieces plus the blank. Weights are Gaussian with 1/sqrt(fan-in) deviations; as in scripts/nemotron_goldens.py
 the first convolution's kernels sum to zero (so the encoder follows the speech, not the log-mel's offset), the
 blank's embedding row is zero, and the joint's blank bias is searched so that speech gives about TOKENS_PER_S
-tokens a second (a random joint otherwise emits max_symbols tokens on every frame or none at all).
+tokens a second. A random joint emits max_symbols tokens on a frame or none (its prediction network never says
+"enough"): with the usual 10, a 1120 ms chunk's greedy search took 150 joint steps where a trained model takes
+about 20 (one per frame and one per token), most of a session's time here. So greedy search may emit one token
+per frame in this checkpoint (max_symbols 1), and TOKENS_PER_S is a little above a trained model's (about 3 on
+English dictation): its greedy search then takes at least a real model's steps, and its text about its length.
 
     .venv/bin/python bench/nemotron_checkpoint.py /tmp/nemotron-0.6b
 """
@@ -30,7 +34,8 @@ from omnid.engine.parakeet.convert import save_folder  # noqa: E402
 TINY = ROOT / "tests" / "goldens" / "nemotron_tiny" / "nemotron.nemo"
 D, LAYERS, HEADS, CHANNELS, PRED, VOCAB, PROMPTS = 1024, 24, 8, 256, 640, 13087, 128
 LOCALES = ("en-US", "de-DE", "fr-FR", "es-ES", "it-IT", "pt-BR", "nl-NL", "pl-PL")
-TOKENS_PER_S = 3.0
+TOKENS_PER_S = 5.0
+MAX_SYMBOLS = 1
 
 
 def config(tiny: dict) -> dict:
@@ -43,6 +48,7 @@ def config(tiny: dict) -> dict:
     pieces = list(tiny["vocabulary"])
     out["vocabulary"] = pieces + [f"\u2581w{i}" if i % 2 else f"x{i}" for i in range(VOCAB - len(pieces))]
     out["default_language"] = "en-US"
+    out["max_symbols"] = MAX_SYMBOLS
     return out
 
 
@@ -102,14 +108,25 @@ def tensors(freq: int, pieces: list[str], seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-def tokens_per_second(model, audio: np.ndarray, blank_bias: float) -> float:
+def encoded(model, audio: np.ndarray) -> list[np.ndarray]:
+    """The speech's prompted encoder frames, chunk by chunk at the native chunk (they do not depend on the joint)."""
     from omnid.engine.nemotron.stream import Stream
 
-    model.transducer.joint.out_bias[VOCAB] = blank_bias
-    stream = Stream(model, model.streaming.contexts[0][1] + 1, 0)
+    chunks: list[np.ndarray] = []
+    stream = Stream(model, model.streaming.contexts[0][1] + 1, 0,
+                    on_chunk=lambda frames: chunks.append(model.prompted(frames, 0)))
     stream.push(audio)
     stream.finish()
-    return len(stream.tokens) / (len(audio) / 16000)
+    return chunks
+
+
+def tokens_per_second(model, chunks: list[np.ndarray], seconds: float, blank_bias: float) -> float:
+    model.transducer.joint.out_bias[VOCAB] = blank_bias
+    state, tokens = model.transducer.start(), 0
+    for frames in chunks:
+        new, state = model.transducer.continue_greedy(frames, state)
+        tokens += len(new)
+    return tokens / seconds
 
 
 def build(out: Path, speech: np.ndarray, seed: int = 0) -> Path:
@@ -128,11 +145,12 @@ def build(out: Path, speech: np.ndarray, seed: int = 0) -> Path:
     from omnid.engine.nemotron.model import Nemotron
 
     model = Nemotron(load(out))
+    chunks, seconds = encoded(model, speech), len(speech) / 16000
     lo, hi = 0.0, 60.0  # the blank bias for about TOKENS_PER_S tokens a second: the last bias above it that emits
     best, rate = hi, 0.0
     for _ in range(10):
         mid = (lo + hi) / 2
-        got = tokens_per_second(model, speech, mid)
+        got = tokens_per_second(model, chunks, seconds, mid)
         if got > TOKENS_PER_S:
             lo = mid
         else:
@@ -140,7 +158,7 @@ def build(out: Path, speech: np.ndarray, seed: int = 0) -> Path:
             if got > 0:
                 best, rate = mid, got
     if rate == 0.0:
-        best, rate = lo, tokens_per_second(model, speech, lo)
+        best, rate = lo, tokens_per_second(model, chunks, seconds, lo)
     weights["joint.joint_net.2.bias"][VOCAB] = best
     save_folder(out, cfg, weights)
     print(f"nemotron checkpoint: {out} (blank bias {best:.2f}: {rate:.1f} tokens/s on the calibration speech)",
