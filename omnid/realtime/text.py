@@ -54,8 +54,9 @@ class GrowingText:
         self.sent = ""
 
     def update(self, text: str) -> str:
-        """The stream's whole text so far -> the newly complete words, to send as a delta ("" when none). Looks
-        only at the text's end and at what it adds (a day's stream holds a lot of text)."""
+        """The stream's whole text so far -> the newly complete words, to send as a delta ("" when none). Finds
+        the last word from the text's end rather than by a pattern over all of it (a day's stream holds a lot of
+        text)."""
         start = len(text.rstrip())  # the last word: back from its end to the space before it
         while start > 0 and not text[start - 1].isspace():
             start -= 1

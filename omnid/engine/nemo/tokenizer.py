@@ -91,59 +91,31 @@ class Vocabulary:
 
     def piece_text(self, ids: list[int]) -> str:
         """SentencePiece's decoding of ``ids``."""
-        out: list[str] = []
-        pending = bytearray()
-        started = False  # SentencePiece drops the spaces before the first character (the dummy prefix)
-
-        def flush() -> None:
-            nonlocal started
-            if pending:
-                out.append(pending.decode("utf-8", errors="replace"))
-                started = True
-                pending.clear()
-
-        for i in ids:
-            kind = self.kinds[i]
-            if kind == BYTE:
-                match = _BYTE.match(self.pieces[i])
-                assert match is not None
-                pending.append(int(match.group(1), 16))
-                continue
-            flush()
-            if kind in (CONTROL, UNUSED):
-                continue
-            piece = UNKNOWN_TEXT if kind == UNKNOWN else self.pieces[i].replace(SPACE, " ")
-            if not started:
-                piece = piece.lstrip(" ")
-                started = bool(piece)
-            out.append(piece)
-        flush()
-        return "".join(out)
+        pieces = _PieceText(self)
+        return pieces.feed(ids) + pieces.flush()
 
     def text(self, ids: list[int]) -> str:
         """NeMo's hypothesis text: the pieces' text with one space before each punctuation mark removed."""
-        text = self.piece_text(ids)
+        return self.punctuate(self.piece_text(ids))
+
+    def punctuate(self, text: str) -> str:
+        """NeMo's rule: the space before a punctuation mark removed."""
         pattern = self._before_punctuation
         return pattern.sub(r"\2", text) if pattern is not None else text
 
 
-
-class IncrementalText:
-    """``Vocabulary.text`` of a sequence that only grows (a live stream's tokens), extended as ids come rather
-    than decoded again from the start: the same text, at a cost per new id, not per id so far. The pieces' text is
-    folded in as ``piece_text`` folds it (pending bytes, the dummy prefix); the punctuation rule removes a space
-    before a mark, so the text through the last character that is not a space never changes again and is kept done;
-    only the spaces after it wait for what follows."""
+class _PieceText:
+    """SentencePiece's decoding of ids fed in turn: byte pieces wait for the next piece that is not one (a
+    character's bytes come together), and the spaces before the first character go (the dummy prefix)."""
 
     def __init__(self, vocabulary: Vocabulary):
         self.vocabulary = vocabulary
-        self.done = ""  # final: the text of raw up to a character that is not a space
-        self.tail = ""  # the raw text after it (a few characters)
-        self.pending = bytearray()  # byte pieces not yet decoded
+        self.pending = bytearray()
         self.started = False
 
-    def extend(self, ids: list[int]) -> None:
-        v = self.vocabulary
+    def feed(self, ids: list[int]) -> str:
+        """The text these ids complete."""
+        v, out = self.vocabulary, []
         for i in ids:
             kind = v.kinds[i]
             if kind == BYTE:
@@ -151,33 +123,52 @@ class IncrementalText:
                 assert match is not None
                 self.pending.append(int(match.group(1), 16))
                 continue
-            self._flush()
+            out.append(self.flush())
             if kind in (CONTROL, UNUSED):
                 continue
             piece = UNKNOWN_TEXT if kind == UNKNOWN else v.pieces[i].replace(SPACE, " ")
             if not self.started:
                 piece = piece.lstrip(" ")
                 self.started = bool(piece)
-            self.tail += piece
+            out.append(piece)
+        return "".join(out)
+
+    def flush(self) -> str:
+        """The waiting bytes' text (and the text has started)."""
+        if not self.pending:
+            return ""
+        self.started = True
+        text = self.pending.decode("utf-8", errors="replace")
+        self.pending.clear()
+        return text
+
+    def waiting(self) -> str:
+        """The waiting bytes' text, left waiting."""
+        return self.pending.decode("utf-8", errors="replace")
+
+
+class IncrementalText:
+    """``Vocabulary.text`` of a sequence that only grows (a live stream's tokens), extended as ids come rather
+    than decoded again from the start: the same text, at a cost per new id, not per id so far. The punctuation rule
+    removes a space before a mark, so the text through the last character that is not a space never changes again
+    and is kept done; only the spaces after it wait for what follows."""
+
+    def __init__(self, vocabulary: Vocabulary):
+        self.vocabulary = vocabulary
+        self.pieces = _PieceText(vocabulary)
+        self.done = ""  # final: the text of raw up to a character that is not a space
+        self.tail = ""  # the raw text after it (a few characters)
+
+    def extend(self, ids: list[int]) -> None:
+        self.tail += self.pieces.feed(ids)
         cut = len(self.tail.rstrip())  # through the last character that is not a space: no mark can follow a space
         if cut:
-            self.done += self._rule(self.tail[:cut])
+            self.done += self.vocabulary.punctuate(self.tail[:cut])
             self.tail = self.tail[cut:]
 
     @property
     def text(self) -> str:
-        tail = self.tail + (self.pending.decode("utf-8", errors="replace") if self.pending else "")
-        return self.done + self._rule(tail)
-
-    def _flush(self) -> None:
-        if self.pending:
-            self.tail += self.pending.decode("utf-8", errors="replace")
-            self.started = True
-            self.pending.clear()
-
-    def _rule(self, text: str) -> str:
-        pattern = self.vocabulary._before_punctuation
-        return pattern.sub(r"\2", text) if pattern is not None else text
+        return self.done + self.vocabulary.punctuate(self.tail + self.pieces.waiting())
 
 
 def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
