@@ -6,7 +6,7 @@ import MLX itself; ``omnid/__init__.py`` calls :func:`preload` first thing.
 
 A distribution's OpenBLAS picks its kernels by the CPU's model, and one older than the CPU falls back to its
 generic SSE3 ones ("Prescott"): Debian 12's 0.3.21 does so on this project's Emerald Rapids VM, where MLX's
-float32 products then ran at 42 GFLOP/s instead of 201 (a 512 x 1024 by 1024 x 4096 product, 2 cores). So unless
+float32 products then ran several times slower (bench/blas_kernels.py compares the two). So unless
 OPENBLAS_CORETYPE is set, it is set from the instructions the CPU has (AVX-512: SkylakeX's kernels; AVX2 and FMA:
 Haswell's, which AMD's Zen cores run too) while this library loads, and restored after, so that numpy's own
 OpenBLAS and child processes choose as they would.
