@@ -1,5 +1,6 @@
 """The realtime session core without a socket: audio in, domain events out (issue 11). With a stand-in engine where
-the test needs to see exactly what was decoded, and with the real tiny.en and Silero VAD; both dialects' turn rules.
+the test needs to see exactly what was decoded, and with the real tiny.en, the tiny Nemotron stream and Silero VAD;
+both dialects' turn rules; orders of events a socket cannot force.
 What the events look like on the wire is test_realtime*.py's business."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from omnid.config import load_config, load_pins, model_folder
+from omnid.engine.nemotron.engine import NemotronEngine
 from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
 from omnid.realtime import events as de
 from omnid.realtime.protocol import openai, voxt
@@ -21,7 +23,8 @@ from omnid.runtime.scheduler import EngineRuntime, Priority
 from omnid.vad.batcher import VadBatcher
 from omnid.vad.silero import SileroVAD
 from tests.fake_engine import FakeWhisper
-from tests.helpers import clip_audio, silence, word_errors, words
+from tests.helpers import as_received, clip_audio, silence, word_errors, words
+from tests.test_nemotron import GOLDENS, audio
 
 CONFIG = load_config()
 CLIP = "ljspeech_LJ001-0013"
@@ -278,3 +281,31 @@ async def test_a_speculative_final_with_the_real_engine_holds_the_whole_paused_t
     said = words(finals[0].text)
     assert "chinese" in said and "centuries" in said, finals[0].text
     assert len(said) >= len(words(tiny.engine.transcribe(first, TranscribeOptions()).text)) + 5
+
+
+@pytest.fixture(scope="module")
+def nemotron():
+    runtime = started(EngineRuntime("nemotron-tiny", lambda: NemotronEngine("nemotron-tiny", GOLDENS / "nemotron.nemo"),
+                                    8, final_reserve=4, max_batch=8))
+    yield runtime
+    runtime.close()
+
+
+@pytest.mark.parametrize("pause", [None, 0.0, 0.02], ids=["commit-before-the-feed-runs", "one-loop-turn", "paced"])
+async def test_a_streams_final_has_every_sample_whatever_runs_between_append_and_commit(vad, nemotron, pause):
+    """A stream's decode is scheduled at an append and may not have started when the commit closes the segment
+    (frames that arrive together are handled without a pause): the final still has every sample once, so its text
+    is the file's. Before the fix the decode read the buffer only when it started, after the commit had consumed
+    it, and the final lost everything that decode was meant to feed."""
+    clip = as_received(audio("ljspeech"))
+    want = nemotron.engine.transcribe(clip).text
+    events: list[de.DomainEvent] = []
+    s = Session(voxt.RULES, Settings("nemotron-tiny", 16000), CONFIG.realtime, CONFIG.transcription,
+                {"nemotron-tiny": nemotron}, vad, events.append)
+    for i in range(0, len(clip), 8000):
+        await s.append(clip[i : i + 8000])
+        if pause is not None:
+            await asyncio.sleep(pause)
+    assert await s.commit()
+    await s.drain()
+    assert want and [e.text for e in events if isinstance(e, de.Final)] == [want]

@@ -479,11 +479,12 @@ class Session:
         if seg is None or seg.stream is None or seg.broken or self.buffer.end <= seg.fed:
             return
         if seg.feeding is None or seg.feeding.done():
-            seg.feeding = asyncio.ensure_future(self._feed(seg))
+            # The audio is taken now, not when the task first runs: a commit in between consumes the buffer, and
+            # its final leaves what this decode feeds to it.
+            end = self.buffer.end
+            seg.feeding = asyncio.ensure_future(self._feed(seg, self.buffer.view(seg.fed, end).copy(), end))
 
-    async def _feed(self, seg: Segment) -> None:
-        end = self.buffer.end
-        audio = self.buffer.view(seg.fed, end).copy()
+    async def _feed(self, seg: Segment, audio: np.ndarray, end: int) -> None:
         try:
             update = await transcription.stream(self.engines[self.settings.model], seg.stream, audio, finish=False)
         except QueueFullError:
