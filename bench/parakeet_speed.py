@@ -26,6 +26,7 @@ slower than NeMo's, peak RSS no higher than parakeet-mlx's.
     .venv/bin/python bench/parakeet_speed.py                          # 60 s and 600 s, 3 runs each
     .venv/bin/python bench/parakeet_speed.py --seconds 60 --runs 1    # a quick look
     .venv/bin/python bench/parakeet_speed.py --keep /tmp/pk06         # keep (and later reuse) the checkpoint
+    .venv/bin/python bench/parakeet_speed.py --seconds 600 --at-most parakeet-mlx=1   # its one run: over an hour
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ def table(seconds: float, results: dict[str, list[dict]]) -> None:
     med = {s: {k: statistics.median(r[k] for r in rows) for k in ("load_s", "total_s", "rss_mb")}
            for s, rows in results.items()}
     others = [s for s in SYSTEMS if s in results and s != "omnid"]
-    print(f"\n{seconds:g} s of speech, median of {max(len(v) for v in results.values())} fresh processes per system")
+    runs = ", ".join(f"{s} {len(rows)}" for s, rows in results.items())
+    print(f"\n{seconds:g} s of speech, median of fresh processes per system ({runs})")
     header = f"{'':<16}{'omnid':>10}" + "".join(f"{s:>14}{'ratio':>8}" for s in others)
     print(header + "\n" + "-" * len(header))
     om = med.get("omnid")
@@ -203,6 +205,8 @@ def main() -> None:
     p.add_argument("--seconds", type=float, nargs="+", default=[60.0, 600.0], help="audio lengths (default 60 600)")
     p.add_argument("--runs", type=int, default=3, help="fresh processes per system and length (default 3)")
     p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    p.add_argument("--at-most", nargs="+", default=[], metavar="SYSTEM=N",
+                   help="fewer runs for a slow system (parakeet-mlx=1: its 10 minutes take over an hour on 2 cores)")
     p.add_argument("--keep", type=Path, metavar="DIR", help="keep the checkpoint here (reused if it is there)")
     p.add_argument("--nemo-python", type=Path, default=NEMO_PYTHON, help="NeMo's virtualenv's python")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -219,6 +223,9 @@ def main() -> None:
 
     nemo_python = args.nemo_python if args.nemo_python.exists() else None
     systems = [s for s in args.systems if s != "nemo" or nemo_python]
+    at_most = {s: int(n) for s, n in (item.split("=") for item in args.at_most)}
+    if set(at_most) - set(SYSTEMS):
+        raise SystemExit(f"--at-most names a system that is not one of {', '.join(SYSTEMS)}")
     if "nemo" in args.systems and not nemo_python:
         print(f"NeMo left out: no {args.nemo_python} (see bench/parakeet_nemo.py)")
     print(machine(nemo_python))
@@ -238,8 +245,8 @@ def main() -> None:
             (work / "audio.wav").write_bytes(wav_bytes(corpus_audio(seconds)))
             np.save(work / "audio.npy", decode_audio(work / "audio.wav"))  # every system gets the same 16-bit samples
             results: dict[str, list[dict]] = {s: [] for s in systems}
-            for _ in range(args.runs):  # interleaved, so that drift in the machine's speed hits every system alike
-                for s in systems:
+            for run in range(args.runs):  # interleaved, so that drift in the machine's speed hits every system alike
+                for s in [s for s in systems if run < at_most.get(s, args.runs)]:
                     if s == "nemo":
                         assert nemo_python is not None
                         row = run_nemo(nemo_python, nemo, work / "audio.wav")

@@ -16,6 +16,7 @@ equals the offline text (and the word error rate between them).
     .venv/bin/python bench/realtime_latency.py --clips 4 --sessions 4 --minutes 1   # a quick look
     .venv/bin/python bench/realtime_latency.py --parakeet /tmp/pk06/mlx --sessions 4  # Parakeet beside tiny.en
     .venv/bin/python bench/realtime_latency.py --streaming /tmp/latency  # Nemotron (cache-aware), ~30 min
+    .venv/bin/python bench/realtime_latency.py --streaming /tmp/latency --dictations 9  # medians of more ends
 
 ``--streaming DIR`` benches a cache-aware model instead (Voxt's dictation: manual turns, 100 ms appends at real-time
 pace, commit at the last sample): random checkpoints with the real shapes of Nemotron 3.5 ASR streaming 0.6B
@@ -303,6 +304,8 @@ def main() -> None:
     ap.add_argument("--clips", type=int, default=10, help="English corpus clips of 4-14 s")
     ap.add_argument("--sessions", type=int, default=16, help="concurrent sessions in phase 3 (0: skip it)")
     ap.add_argument("--minutes", type=float, default=2.0, help="audio each concurrent session sends")
+    ap.add_argument("--dictations", type=int, default=RUNS,
+                    help="--streaming: dictations per utterance length and model, ending at as many points of a chunk")
     ap.add_argument("--baseline", metavar="REV", help="also run the daemon of this git revision (first)")
     ap.add_argument("--only-baseline", action="store_true", help="run only the baseline daemon")
     ap.add_argument("--show", action="store_true", help="print the texts that differ from offline")
@@ -346,7 +349,7 @@ def main() -> None:
 # --- cache-aware streaming (--streaming) ------------------------------------------------------------------------
 
 HELD_S = 2.0  # a session is held at real time when its final comes within this long of its commit
-RUNS = 5  # utterances per length and model
+RUNS = 5  # chunks timed per chunk size; default dictations per length and model (--dictations)
 NATIVE_CHUNK_MS = 1120  # Nemotron 3.5's native chunk
 RAMP = (1, 2, 3, 4, 6, 8, 12, 16)
 
@@ -426,21 +429,22 @@ def chunk_costs(folder: Path, chunks_ms: tuple[int, ...]) -> dict[int, tuple[flo
     return out
 
 
-async def latencies(url: str, model: str, speech: dict[str, np.ndarray], chunk_ms: int | None = None) -> dict:
-    """RUNS dictations of each utterance, their ends spread over one chunk (``phased``)."""
+async def latencies(url: str, model: str, speech: dict[str, np.ndarray], runs: int, chunk_ms: int | None = None
+                    ) -> dict:
+    """``runs`` dictations of each utterance, their ends spread over one chunk (``phased``)."""
     rows = {}
     async with aiohttp.ClientSession() as http:
         for label, audio in speech.items():
-            rows[label] = [await dictate(http, url, model, cut, chunk_ms) for cut in phased(audio, chunk_ms)]
+            rows[label] = [await dictate(http, url, model, cut, chunk_ms) for cut in phased(audio, runs, chunk_ms)]
     return rows
 
 
-def phased(audio: np.ndarray, chunk_ms: int | None) -> list[np.ndarray]:
-    """The utterance cut to end at RUNS points spread over one chunk (the native 1120 ms for the re-decoding
+def phased(audio: np.ndarray, runs: int, chunk_ms: int | None) -> list[np.ndarray]:
+    """The utterance cut to end at ``runs`` points spread over one chunk (the native 1120 ms for the re-decoding
     models): a streaming final waits for the chunk in flight and flushes the rest, so its latency depends on where
     the last chunk boundary falls, and the same audio every time would measure one such point."""
-    step = (chunk_ms or NATIVE_CHUNK_MS) * 16 // RUNS
-    return [audio[: len(audio) - i * step] for i in range(RUNS)]
+    step = (chunk_ms or NATIVE_CHUNK_MS) * 16 // runs
+    return [audio[: len(audio) - i * step] for i in range(runs)]
 
 
 async def held(url: str, model: str, audio: np.ndarray, sessions: int, chunk_ms: int | None = None
@@ -487,7 +491,8 @@ def streaming(args) -> None:
                       f'[[models]]\nid = "nemotron"\nkind = "nemotron"\npath = "{nemotron}"\n')
     daemon = Daemon(["--config", str(config), *args.serve_args])
     try:
-        print(f"\n{RUNS} dictations each (Voxt, manual turns, real-time pace), ending at {RUNS} points of a chunk; "
+        print(f"\n{args.dictations} dictations each (Voxt, manual turns, real-time pace), ending at {args.dictations} "
+              "points of a chunk; "
               "final latency = commit -> final\n\n"
               "| model | chunk | final latency 3 s p50 / p95 | final latency 20 s p50 / p95 | 20 s / 3 s p50 | "
               "first preview p50 | chunk encode + decode s | tail flush s | errors |\n|---|---|---|---|---|---|---|---|---|",
@@ -502,7 +507,7 @@ def streaming(args) -> None:
                       flush=True)
         runs = [("tiny.en", None), ("qwen3-asr", None)] + [("nemotron", ms) for ms in live]
         for model, ms in runs:
-            rows = asyncio.run(latencies(daemon.url, model, speech, ms))
+            rows = asyncio.run(latencies(daemon.url, model, speech, args.dictations, ms))
             short = [u.final_latency_s for u in rows["3 s"] if u.final_latency_s is not None]
             long = [u.final_latency_s for u in rows["20 s"] if u.final_latency_s is not None]
             first = [u.first_partial_s for us in rows.values() for u in us if u.first_partial_s is not None]

@@ -145,6 +145,23 @@ def test_a_streams_state_does_not_grow() -> None:
     assert cache.filled == 56
 
 
+def test_the_cpu_step_keeps_one_relative_key_table_per_layer_whatever_the_chunk_lengths() -> None:
+    """Chunks of any length (a stream's last is often short) take their relative keys from one table per layer, grown
+    only for a chunk with more keys than it has, and they are the keys of a table made for that length."""
+    from omnid.engine.nemo.cpu_cache_aware import TABLE_KEYS
+    from omnid.engine.nemo.cpu_fastconformer import relative_keys, relative_sinusoids, relative_table
+
+    layer = model().encoder.cpu_streaming_layers[0]
+    d = layer.relative_k.weight_t.shape[0]
+    most = TABLE_KEYS
+    for n in (1, 9, 57, 71, TABLE_KEYS, 58, TABLE_KEYS + 7, 60):
+        own = relative_keys(layer.relative_k, *relative_sinusoids(relative_table(n, d)))
+        got = layer._relative_keys(n)
+        assert got.shape == own.shape == (2 * n - 1, d) and np.abs(got - own).max() <= 1e-6
+        most = max(most, n)
+        assert layer._positions.shape == (2 * most - 1, d)
+
+
 def _streamed_mel(audio_: np.ndarray, pieces: list[int], block: int) -> np.ndarray:
     """The log-mel through a MelStream: the audio pushed in pieces of the given sizes (cycled), frames taken
     ``block`` at a time whenever that many are ready, the rest once finished."""

@@ -64,20 +64,19 @@ def stream_steps(encoder: FastConformer, mels: mx.array, caches: list[EncoderCac
     if encoder.d.xscaling:
         x = x * math.sqrt(encoder.d.d_model)
     t, left = x.shape[1], caches[0].keys.shape[1]
-    pos = relative_positions(left + t, encoder.d.d_model)
     masks = np.stack([_mask(t, left, c.filled, context) for c in caches])  # (B, t, left + t)
     stack: Callable[..., Any]
     convert: Callable[[Any], Any]
     h: Any = x  # the chunks' frames through the layers
     if mx.default_device() == mx.cpu:  # the layers in numpy (cpu_cache_aware.py); the caches stay numpy arrays
-        mx.eval(x, pos)
-        h, table, stack, convert = np.array(x), np.asarray(pos), np.stack, np.asarray
+        h, stack, convert = np.array(x), np.stack, np.asarray
         cpu = encoder.cpu_streaming_layers
 
         def step(i: int, x: Any, keys: Any, values: Any, time: Any) -> tuple[Any, Any, Any, Any]:
-            return x, *cpu[i](x, keys, values, time, masks, table)  # x is updated in place
+            return x, *cpu[i](x, keys, values, time, masks)  # x is updated in place
     else:
         mask, stack, convert = mx.array(masks)[:, None], cast(Callable[..., Any], mx.stack), mx.array
+        pos = relative_positions(left + t, encoder.d.d_model)
 
         def step(i: int, x: Any, keys: Any, values: Any, time: Any) -> tuple[Any, Any, Any, Any]:
             return _layer(encoder.layers[i], x, pos, mask, keys, values, time)

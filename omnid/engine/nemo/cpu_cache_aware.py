@@ -18,11 +18,17 @@ import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import silu_rows
-from omnid.engine.nemo.cpu_fastconformer import attention_weights, relative_keys, relative_sinusoids
+from omnid.engine.nemo.cpu_fastconformer import attention_weights, relative_keys, relative_sinusoids, relative_table
 from omnid.engine.numpy_layers import Linear, Norm, as_numpy, by_columns
 
 if TYPE_CHECKING:
     from omnid.engine.nemo.fastconformer import ConformerLayer
+
+# A layer keeps the relative keys of this many keys (more if a chunk has more): a chunk of n keys takes the middle
+# 2n - 1 rows, the same numbers as a table of its own. One table per layer, whatever the chunk sizes: a table per
+# length cost the first chunk of each new length (a stream's last, at a commit) a tenth of a second, and a few
+# hundred KB a layer for each length seen.
+TABLE_KEYS = 128
 
 
 def _project(x: np.ndarray, *linears: Linear) -> list[np.ndarray]:
@@ -48,19 +54,19 @@ class CpuStreamingLayer:
         self.depthwise_bias = as_numpy(conv.depthwise_conv.bias) if "bias" in conv.depthwise_conv else None
         assert isinstance(conv.norm, nn.LayerNorm), "a cache-aware encoder's convolution norm is a layer norm"
         self.conv_norm = Norm.of(conv.norm)
-        self._positions: dict[int, np.ndarray] = {}  # relative keys of n keys: the same for every chunk of n
+        self._positions = np.zeros((1, 0), np.float32)  # relative keys of positions N-1 ... -(N-1)
 
-    def __call__(self, x: np.ndarray, keys: np.ndarray, values: np.ndarray, time: np.ndarray, mask: np.ndarray,
-                 table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def __call__(self, x: np.ndarray, keys: np.ndarray, values: np.ndarray, time: np.ndarray, mask: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """x (B, t, m), updated in place; keys and values (B, left, m) and time (B, K-1, m): the caches; mask
-        (B, t, n) additive; table: the relative positions' sinusoids of n = left + t keys. -> the new caches."""
+        (B, t, left + t) additive. -> the new caches."""
         b, t, m = x.shape
         rows = x.reshape(b * t, m)
         self._feed_forward(rows, self.norm_ff1, self.ff1)
         q, k, v = _project(self.norm_att(rows.copy()), self.q, self.k, self.v)  # the chunk's rows only
         keys = np.concatenate([keys, k.reshape(b, t, m)], axis=1)
         values = np.concatenate([values, v.reshape(b, t, m)], axis=1)
-        rows += self._attention_out(q, keys, values, mask, table)
+        rows += self._attention_out(q, keys, values, mask)
         y, = _project(self.norm_conv(rows.copy()), self.pointwise1)
         glu = y[:, :m] * _sigmoid(y[:, m:])
         window = np.concatenate([time, glu.reshape(b, t, m)], axis=1)  # [cache | chunk]: the causal taps
@@ -84,14 +90,13 @@ class CpuStreamingLayer:
         out *= 0.5
         rows += out
 
-    def _attention_out(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, mask: np.ndarray,
-                       table: np.ndarray) -> np.ndarray:
+    def _attention_out(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Relative-position attention of each stream's chunk (its queries q, (B t, m)) over its [cache | chunk]
         keys and values, then o_proj."""
         b, n, m = keys.shape
         t, h = mask.shape[1], self.heads
         dk = m // h
-        p = self._relative_keys(table)  # (2n - 1, m): positions n-1 ... -(n-1)
+        p = self._relative_keys(n)  # (2n - 1, m): positions n-1 ... -(n-1)
         q4 = q.reshape(b, t, h, dk).transpose(0, 2, 1, 3)
         k4 = keys.reshape(b, n, h, dk).transpose(0, 2, 3, 1)
         v4 = values.reshape(b, n, h, dk).transpose(0, 2, 1, 3)
@@ -108,12 +113,14 @@ class CpuStreamingLayer:
         att = (scores @ v4).transpose(0, 2, 1, 3).reshape(b * t, m)
         return _project(np.ascontiguousarray(att), self.o)[0]
 
-    def _relative_keys(self, table: np.ndarray) -> np.ndarray:
-        n = (len(table) + 1) // 2
-        p = self._positions.get(n)
-        if p is None:
-            p = self._positions[n] = relative_keys(self.relative_k, *relative_sinusoids(table))
-        return p
+    def _relative_keys(self, n: int) -> np.ndarray:
+        """The relative keys of positions n-1 ... -(n-1): rows of the layer's table."""
+        size = (len(self._positions) + 1) // 2
+        if size < n:
+            size = max(n, TABLE_KEYS)
+            table = relative_table(size, self.relative_k.weight_t.shape[0])
+            self._positions = relative_keys(self.relative_k, *relative_sinusoids(table))
+        return self._positions[size - n : size + n - 1]
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

@@ -132,6 +132,17 @@ def relative_keys(relative_k: Linear, sin: np.ndarray, cos: np.ndarray) -> np.nd
     return p
 
 
+def relative_table(length: int, d_model: int) -> np.ndarray:
+    """Transformer-XL sinusoids for relative positions length-1 ... -(length-1), (2 length - 1, d_model), sin and cos
+    interleaved, in float32 arithmetic as NeMo computes them."""
+    pos = np.arange(length - 1, -length, -1, dtype=np.float32)[:, None]
+    div = np.exp(np.arange(0, d_model, 2, dtype=np.float32) * np.float32(-math.log(10000.0) / d_model))
+    pe = np.zeros((2 * length - 1, d_model), np.float32)
+    pe[:, 0::2] = np.sin(pos * div)
+    pe[:, 1::2] = np.cos(pos * div)
+    return pe
+
+
 def relative_sinusoids(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The sines and cosines of relative positions 0 ... T-1, (T, d_model / 2) each, from the (2T - 1, d_model)
     table of positions T-1 ... -(T-1) (sin and cos interleaved)."""

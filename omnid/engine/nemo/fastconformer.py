@@ -27,7 +27,7 @@ from omnid.engine.cpu_math import (
     silu_of_fresh,
 )
 from omnid.engine.nemo.cpu_cache_aware import CpuStreamingLayer
-from omnid.engine.nemo.cpu_fastconformer import CpuConformerLayer, linear, relative_sinusoids
+from omnid.engine.nemo.cpu_fastconformer import CpuConformerLayer, linear, relative_sinusoids, relative_table
 from omnid.engine.numpy_layers import through_layers
 
 
@@ -157,12 +157,7 @@ def chunked_mask(t: int, left: int, right: int) -> mx.array:
 def relative_positions(length: int, d_model: int) -> mx.array:
     """Transformer-XL sinusoids for relative positions length-1 ... -(length-1), sin and cos interleaved, in
     float32 arithmetic as NeMo computes them."""
-    pos = np.arange(length - 1, -length, -1, dtype=np.float32)[:, None]
-    div = np.exp(np.arange(0, d_model, 2, dtype=np.float32) * np.float32(-math.log(10000.0) / d_model))
-    pe = np.zeros((2 * length - 1, d_model), np.float32)
-    pe[:, 0::2] = np.sin(pos * div)
-    pe[:, 1::2] = np.cos(pos * div)
-    return mx.array(pe)
+    return mx.array(relative_table(length, d_model))
 
 
 class RelPositionAttention(nn.Module):
