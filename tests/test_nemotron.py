@@ -148,10 +148,10 @@ def test_a_streams_state_does_not_grow() -> None:
 def test_the_cpu_step_keeps_one_relative_key_table_per_layer_whatever_the_chunk_lengths() -> None:
     """Chunks of any length (a stream's last is often short) take their relative keys from one table per layer, grown
     only for a chunk with more keys than it has, and they are the keys of a table made for that length."""
-    from omnid.engine.nemo.cpu_cache_aware import TABLE_KEYS
+    from omnid.engine.nemo.cpu_cache_aware import TABLE_KEYS, CpuStreamingLayer
     from omnid.engine.nemo.cpu_fastconformer import relative_keys, relative_sinusoids, relative_table
 
-    layer = model().encoder.cpu_streaming_layers[0]
+    layer = CpuStreamingLayer(model().encoder.layers[0])  # a fresh one: no chunk has made its table yet
     d = layer.relative_k.weight_t.shape[0]
     most = TABLE_KEYS
     for n in (1, 9, 57, 71, TABLE_KEYS, 58, TABLE_KEYS + 7, 60):

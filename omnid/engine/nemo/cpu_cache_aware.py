@@ -54,7 +54,8 @@ class CpuStreamingLayer:
         self.depthwise_bias = as_numpy(conv.depthwise_conv.bias) if "bias" in conv.depthwise_conv else None
         assert isinstance(conv.norm, nn.LayerNorm), "a cache-aware encoder's convolution norm is a layer norm"
         self.conv_norm = Norm.of(conv.norm)
-        self._positions = np.zeros((1, 0), np.float32)  # relative keys of positions N-1 ... -(N-1)
+        # The relative keys of positions N-1 ... -(N-1) (2N - 1 rows), made at the first chunk.
+        self._positions = np.zeros((0, self.relative_k.weight_t.shape[1]), np.float32)
 
     def __call__(self, x: np.ndarray, keys: np.ndarray, values: np.ndarray, time: np.ndarray, mask: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

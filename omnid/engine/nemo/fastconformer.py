@@ -255,10 +255,10 @@ class FastConformer(nn.Module):
         NeMo's chunked-limited attention (a cache-aware encoder's offline pass)."""
         if self.d.xscaling:
             x = x * math.sqrt(self.d.d_model)
-        pos = relative_positions(x.shape[1], self.d.d_model)
         if on_cpu(x) and not self.d.causal and context is None:
-            mx.eval(pos)
-            return through_layers(x[0], self._cpu_layers, *relative_sinusoids(np.asarray(pos)))[None]
+            table = relative_table(x.shape[1], self.d.d_model)
+            return through_layers(x[0], self._cpu_layers, *relative_sinusoids(table))[None]
+        pos = relative_positions(x.shape[1], self.d.d_model)
         mask = None if context is None else chunked_mask(x.shape[1], *context)
         for layer in self.layers:
             x = layer(x, pos, mask)
