@@ -166,7 +166,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
     aliases: list[str] = msgspec.field(default_factory=list)
 
 
-class Config(msgspec.Struct, forbid_unknown_fields=True):
+# dict=True: besides its keys a loaded Config holds load_config's note on the default model it chose
+# (default_model_chosen); no key of any file sets it.
+class Config(msgspec.Struct, forbid_unknown_fields=True, dict=True):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
     vad: VadConfig = msgspec.field(default_factory=VadConfig)
@@ -183,6 +185,16 @@ class Config(msgspec.Struct, forbid_unknown_fields=True):
             if m.id == model_id:
                 return m
         raise ConfigError(f"models: no model with id {model_id!r} (known: {', '.join(m.id for m in self.models)})")
+
+    @property
+    def default_model_chosen(self) -> str:
+        """Why transcription.default_model is a model load_config chose, the one named being absent from
+        [[models]]; "" when the configuration's own default model is among them."""
+        return str(self.__dict__.get("_default_model_chosen", ""))
+
+
+# Kinds whose models transcribe (the others diarize or align), one of which is the default model.
+TRANSCRIBER_KINDS = ("whisper", "qwen3_asr", "parakeet", "nemotron")
 
 
 def config_dir() -> Path:
@@ -201,6 +213,27 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"--config: no such file: {path}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+
+
+# Keys naming a file or folder, beside [[models]]' path: `~` is expanded, and a relative one is taken from the
+# folder of the file that sets it (the working directory for a variable or a flag), wherever omnid was started.
+PATH_KEYS = (("server", "log_file"), ("vad", "weights"))
+
+
+def _resolve_paths(layer: dict[str, Any], base: Path) -> dict[str, Any]:
+    """One layer of settings (a file, the environment, the flags) with its path-valued keys made absolute."""
+    out = dict(layer)
+    for section, key in PATH_KEYS:
+        if isinstance(out.get(section), dict) and isinstance(out[section].get(key), str):
+            out[section] = {**out[section], key: _absolute(out[section][key], base)}
+    if isinstance(out.get("models"), list):
+        out["models"] = [{**m, "path": _absolute(m["path"], base)} if isinstance(m, dict)
+                         and isinstance(m.get("path"), str) else m for m in out["models"]]
+    return out
+
+
+def _absolute(value: str, base: Path) -> str:
+    return str(base / Path(value).expanduser()) if value else value  # an absolute one stays as it is
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -252,25 +285,40 @@ def load_config(
     environ: dict[str, str] | None = None,
     flag_names: dict[tuple[str, str], str] | None = None,
 ) -> Config:
-    """Defaults < ``path`` < environment < ``overrides`` (command-line flags). Errors name the option as the user
-    wrote it: the flag, the variable, or the file key."""
-    raw = _read_toml(config_dir() / "omnid.toml")
+    """Defaults < ``path`` < environment < ``overrides`` (command-line flags). A file's tables set the keys they
+    name; its [[models]], if any, replace the list. Paths are taken from the folder of the file naming them (see
+    PATH_KEYS). Errors name the option as the user wrote it: the flag, the variable, or the file key."""
+    raw = _resolve_paths(_read_toml(config_dir() / "omnid.toml"), config_dir())
     names: dict[tuple[str, str], str] = {}
     if path is not None:
-        user = _read_toml(Path(path))
-        raw = _merge(raw, user)
+        user = _read_toml(Path(path).expanduser())
+        raw = _merge(raw, _resolve_paths(user, Path(path).expanduser().resolve().parent))
         names |= {(s, k): f"{path}: {s}.{k}" for s, v in user.items() if isinstance(v, dict) for k in v}
     env, env_names = env_overrides(dict(environ) if environ is not None else {})
-    raw, names = _merge(raw, env), names | env_names
+    raw, names = _merge(raw, _resolve_paths(env, Path.cwd())), names | env_names
     if overrides:
-        raw = _merge(raw, overrides)
+        raw = _merge(raw, _resolve_paths(overrides, Path.cwd()))
         names |= flag_names or {(s, k): f"{s}.{k}" for s, v in overrides.items() if isinstance(v, dict) for k in v}
     try:
         config = msgspec.convert(raw, Config, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(_name_error(str(exc), names)) from exc
+    _choose_default_model(config, names)
     _check(config, names)
     return config
+
+
+def _choose_default_model(config: Config, names: dict[tuple[str, str], str]) -> None:
+    """A default model absent from [[models]] (a file listing its own models) gives way to the first transcription
+    model among them; Config.default_model_chosen says why, for the start-up log."""
+    named = config.transcription.default_model
+    first = next((m.id for m in config.models if m.kind in TRANSCRIBER_KINDS), None)
+    if first is None or any(m.id == named for m in config.models):
+        return  # nothing to choose, or nothing to choose from (_check says so)
+    source = names.get(("transcription", "default_model"), "the built-in transcription.default_model")
+    config.transcription.default_model = first
+    config.__dict__["_default_model_chosen"] = (f"{source} {named!r} is not among [[models]]: their first "
+                                               "transcription model serves requests that name no model")
 
 
 def _name_error(message: str, names: dict[tuple[str, str], str]) -> str:
@@ -354,8 +402,9 @@ def _check_values(config: Config) -> None:
     names = ids + [a for m in config.models for a in m.aliases] + [config.vad.id]
     if len(set(names)) != len(names):
         raise ConfigError("models: every model id and alias (and vad.id) must name one model only")
-    if t.default_model not in ids:
-        raise ConfigError(f"transcription.default_model: {t.default_model!r} is not among models")
+    if t.default_model not in ids:  # only when no model transcribes (else _choose_default_model chose one)
+        raise ConfigError(f"transcription.default_model: {t.default_model!r} is not among models, and no model "
+                          f"among them transcribes (kind {', '.join(TRANSCRIBER_KINDS)})")
     if config.model(t.default_model).kind == "sortformer":
         raise ConfigError(f"transcription.default_model: {t.default_model!r} is a diarization model")
     if config.model(t.default_model).kind == "qwen3_forced_aligner":

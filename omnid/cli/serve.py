@@ -51,6 +51,9 @@ class Server:
         self.port = sock.getsockname()[1]
         log.info("server_listening", host=self.config.server.host, port=self.port,
                  trims_heap_when_idle=self.services.heap.available)
+        if self.config.default_model_chosen:
+            log.info("default_model_chosen", model=self.config.transcription.default_model,
+                     why=self.config.default_model_chosen)
         await self.services.start()
 
     async def drain(self, hurry: asyncio.Event) -> None:
