@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument("--file", type=Path, help="stream this audio file at real-time speed instead of the microphone")
     li.add_argument("--speed", type=_positive, default=1.0, help="with --file: times real-time speed (default 1)")
     li.add_argument("--api-key", help="the daemon's API key (default: security.api_key from the config)")
+    li.add_argument("--model", help="the session's model: a model id the daemon serves, or one of its aliases "
+                                    "(default: the daemon's default model)")
 
     sv = sub.add_parser("service", help="run the daemon as a login service (launchd on macOS, systemd --user on Linux)")
     sv.add_argument("action", choices=["install", "uninstall", "status", "print"])
@@ -133,7 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from omnid.cli.listen import run as listen
 
         url = args.url or f"http://{config.server.host}:{config.server.port}"
-        return listen(url, args.protocol, args.file, args.speed, args.api_key or config.security.api_key or None)
+        return listen(url, args.protocol, args.file, args.speed, args.api_key or config.security.api_key or None,
+                      model=args.model)
     if args.command == "diarize":
         from omnid.cli.diarize import diarize_command
 

@@ -2,7 +2,9 @@
 show the words as they come: the live partial rewritten in place, each final on its own line.
 
 Turns end by themselves (server VAD). Ctrl-C or the end of the file commits what is left and waits for its final
-before exiting, so nothing said is lost.
+before exiting, so nothing said is lost. ``--model`` names the session's model (the daemon's default otherwise); the
+session must be accepted before any audio is sent, and a refusal (an unknown model, one still loading) is the
+server's own message and exit 1.
 """
 
 from __future__ import annotations
@@ -104,9 +106,17 @@ class Display:
         self.out.flush()
 
 
+# The server's answer to a session update, in each dialect (OpenAI's beta shape is answered in its own name).
+UPDATED = {"voxt": ("transcription_session.updated",),
+           "openai": ("session.updated", "transcription_session.updated")}
+# How long the server may take to accept the session before listen gives up.
+SESSION_WAIT_S = 60.0
+
+
 class Listener:
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, protocol: str, display: Display):
-        self.ws, self.protocol, self.display = ws, protocol, display
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, protocol: str, display: Display,
+                 model: str | None = None):
+        self.ws, self.protocol, self.display, self.model = ws, protocol, display, model
         self.committed: set[str] = set()
         self.completed: set[str] = set()
         self.items: dict[str, str] = {}
@@ -114,15 +124,33 @@ class Listener:
         self.finishing = False
 
     async def start(self) -> None:
+        """Sends the session's settings and waits until the server has taken them: a refused setting (an unknown
+        model) ends listen with the server's message, before any audio."""
+        await self.ws.send_json({"type": "session.update", "session": self.session()})
+        with contextlib.suppress(asyncio.TimeoutError):
+            async with asyncio.timeout(SESSION_WAIT_S):
+                async for msg in self.ws:
+                    if msg.type != aiohttp.WSMsgType.TEXT:
+                        break
+                    event = json.loads(msg.data)
+                    if event.get("type") == "error":
+                        error = event.get("error") or {}
+                        raise ListenError(f"the server refused the session ({error.get('code')}): "
+                                          f"{error.get('message')}")
+                    if event.get("type") in UPDATED[self.protocol]:
+                        return
+                raise ListenError("the server closed the session before it started")
+        raise ListenError(f"the server did not answer the session update in {SESSION_WAIT_S:g} s")
+
+    def session(self) -> dict[str, object]:
+        """The session update: server VAD turns, and the model when one is named."""
         turns = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500}
-        session: dict[str, object]
         if self.protocol == "voxt":
-            session = {"turn_detection": turns}
-            await self.ws.send_json({"type": "session.update", "session": session})
-        else:
-            session = {"type": "transcription", "audio": {"input": {
-                "format": {"type": "audio/pcm", "rate": SAMPLE_RATE}, "turn_detection": turns}}}
-            await self.ws.send_json({"type": "session.update", "session": session})
+            return {"turn_detection": turns, **({"model": self.model} if self.model else {})}
+        audio_in: dict[str, object] = {"format": {"type": "audio/pcm", "rate": SAMPLE_RATE}, "turn_detection": turns}
+        if self.model:
+            audio_in["transcription"] = {"model": self.model}
+        return {"type": "transcription", "audio": {"input": audio_in}}
 
     async def read(self) -> None:
         async for msg in self.ws:
@@ -168,7 +196,7 @@ class Listener:
 
 
 async def listen(url: str, protocol: str, source: AsyncIterator[np.ndarray], api_key: str | None,
-                 out: TextIO = sys.stdout) -> int:
+                 out: TextIO = sys.stdout, model: str | None = None) -> int:
     ws_url = url.rstrip("/").replace("http://", "ws://").replace("https://", "wss://")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     display = Display(out, live=out.isatty())
@@ -179,7 +207,7 @@ async def listen(url: str, protocol: str, source: AsyncIterator[np.ndarray], api
         async with aiohttp.ClientSession() as http, http.ws_connect(
             f"{ws_url}/v1/realtime?protocol={protocol}", headers=headers, max_msg_size=0
         ) as ws:
-            listener = Listener(ws, protocol, display)
+            listener = Listener(ws, protocol, display, model)
             await listener.start()
             reader = asyncio.ensure_future(listener.read())
             feeding = asyncio.ensure_future(_feed(ws, source))
@@ -206,7 +234,8 @@ async def _feed(ws: aiohttp.ClientWebSocketResponse, source: AsyncIterator[np.nd
         await ws.send_json({"type": "input_audio_buffer.append", "audio": pcm16(block)})
 
 
-def run(url: str, protocol: str, file: Path | None, speed: float, api_key: str | None) -> int:
+def run(url: str, protocol: str, file: Path | None, speed: float, api_key: str | None,
+        model: str | None = None) -> int:
     if file is None and (problem := portaudio_status()) is not None:
         print(f"omnid listen: the microphone needs PortAudio, which is not usable here ({problem}). Install it "
               "(macOS: brew install portaudio; Debian/Ubuntu: apt install libportaudio2) or stream a file with "
@@ -214,7 +243,7 @@ def run(url: str, protocol: str, file: Path | None, speed: float, api_key: str |
         return 1
     source = file_blocks(file, speed) if file is not None else mic_blocks()
     try:
-        return asyncio.run(listen(url, protocol, source, api_key))
+        return asyncio.run(listen(url, protocol, source, api_key, model=model))
     except ListenError as exc:
         print(f"omnid listen: {exc}", file=sys.stderr)
         return 1
