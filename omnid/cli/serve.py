@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
+import select
 import signal
 import socket
 import sys
+import threading
 import time
 
 import structlog
@@ -27,6 +30,15 @@ from omnid.logging import reopen_log_file, set_log_content
 from omnid.runtime.registry import Services
 
 log = structlog.get_logger(__name__)
+
+
+class PortInUse(Exception):
+    """The port to serve on is taken: which, and how to choose another, in one line."""
+
+    def __init__(self, host: str, port: int) -> None:
+        other = port + 1 if port < 65535 else port - 1
+        super().__init__(f"port {port} on {host} is already in use (another omnid, or another program). Choose "
+                         f"another port: make serve PORT={other}, or omnid serve --port {other}")
 
 
 class Server:
@@ -45,7 +57,13 @@ class Server:
         await self.runner.setup()
         assert self.runner.server is not None  # set by setup()
         answer_protocol_errors_in_json(self.runner.server)
-        sock = socket.create_server((self.config.server.host, self.config.server.port))
+        host, port = self.config.server.host, self.config.server.port
+        try:
+            sock = socket.create_server((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(host, port) from None
+            raise
         site = web.SockSite(self.runner, sock)
         await site.start()
         self.port = sock.getsockname()[1]
@@ -84,28 +102,80 @@ def _emit(event: dict) -> None:
     sys.stdout.flush()
 
 
+def _emit_stopped() -> None:
+    """The last line: the parent may be gone (its end of stdout closed, or a hung-up terminal), which must not
+    turn a clean stop into a traceback."""
+    with contextlib.suppress(OSError, ValueError):
+        _emit({"event": "stopped"})
+
+
 # A control line is a few dozen bytes; anything longer is skipped whole (up to its newline) and never buffered.
 MAX_CONTROL_LINE = 65536
 
 
 async def _watch_stdin(stop: asyncio.Event, reason: list[str]) -> None:
-    """Reads control lines from the parent: a shutdown command or end of input stops the daemon. Nothing the
-    parent writes can end this watch early: end of input always stops the daemon (the parent is gone)."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    try:
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        lines = ControlLines()
-        while chunk := await reader.read(MAX_CONTROL_LINE):
-            if any(_is_shutdown(line) for line in lines.feed(chunk)):
-                reason.append("shutdown")
-                break
-        else:
-            reason.append("eof")
-    except Exception:  # noqa: BLE001  (an unreadable stdin means no parent to follow: stop rather than orphan)
-        log.exception("stdin_watch_failed")
+    """Follows the parent through stdin: a shutdown command or the end of input stops the daemon. Nothing the
+    parent writes can end this watch early: end of input always stops the daemon (the parent is gone).
+
+    Stdin is read by a blocking thread, whatever it is. The event loop cannot take every kind: libuv (uvloop)
+    aborts the process (SIGABRT) on a descriptor epoll refuses, a regular file or /dev/null, and asyncio's own
+    loop raises; watching a pipe or a terminal through the loop would also make the parent's descriptor
+    non-blocking. A stdin closed when the process started is the end of input at once."""
+    fd = _stdin_fd()
+    if fd is None:
         reason.append("eof")
+    else:
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[str] = loop.create_future()
+
+        def settle(why: str) -> None:
+            if not outcome.done():
+                outcome.set_result(why)
+
+        def follow() -> None:
+            try:
+                why = _follow_stdin(fd)
+            except Exception:  # noqa: BLE001  (an unreadable stdin means no parent to follow: stop, not orphan)
+                log.exception("stdin_watch_failed")
+                why = "eof"
+            with contextlib.suppress(RuntimeError):  # the loop already closed: the daemon has stopped anyway
+                loop.call_soon_threadsafe(settle, why)
+
+        # A daemon thread: a read blocked on a parent that never writes again must not hold the exit.
+        threading.Thread(target=follow, name="omnid-stdin", daemon=True).start()
+        reason.append(await outcome)
     stop.set()
+
+
+def _stdin_fd() -> int | None:
+    """Stdin's descriptor, or None when the process started without one (``0<&-``: Python then sets sys.stdin to
+    None, and descriptor 0 may since have been reused, by the listening socket for one, so it is never read)."""
+    if sys.stdin is None:
+        return None
+    try:
+        return sys.stdin.fileno()
+    except (OSError, ValueError):  # io.UnsupportedOperation: a stream without a descriptor
+        return None
+
+
+def _follow_stdin(fd: int) -> str:
+    """Blocking: reads control lines from ``fd`` until a shutdown command ("shutdown") or the end of input
+    ("eof")."""
+    lines = ControlLines()
+    while chunk := _read(fd):
+        if any(_is_shutdown(line) for line in lines.feed(chunk)):
+            return "shutdown"
+    return "eof"
+
+
+def _read(fd: int) -> bytes:
+    """One chunk, waiting for it: a descriptor inherited in non-blocking mode (a parent may share it so) is
+    waited on with select instead of being read as the end of input."""
+    while True:
+        try:
+            return os.read(fd, MAX_CONTROL_LINE)
+        except BlockingIOError:
+            select.select([fd], [], [])
 
 
 class ControlLines:
@@ -162,7 +232,10 @@ async def serve(config: Config, supervised: bool = False) -> int:
         server = Server(config)
         await server.start()
     except Exception as exc:
-        log.error("startup_failed", reason=str(exc))
+        if isinstance(exc, PortInUse) and not supervised:
+            print(f"omnid: {exc}", file=sys.stderr, flush=True)  # the one line a person at the terminal reads
+        if supervised or config.server.log_file or not isinstance(exc, PortInUse):
+            log.error("startup_failed", reason=str(exc))
         if supervised:
             _emit({"event": "failed", "reason": str(exc)})
         if server is not None:
@@ -188,8 +261,7 @@ async def serve(config: Config, supervised: bool = False) -> int:
     await server.stop()
     if supervised:
         watcher.cancel()
-        if reason and reason[0] == "shutdown":
-            _emit({"event": "stopped"})
+        _emit_stopped()  # however it stopped: the shutdown command, the end of stdin or a signal
     return 0
 
 
