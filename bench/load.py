@@ -22,7 +22,9 @@ from pathlib import Path
 import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
+from omnid.evaluation.corpus import corpus_folder  # noqa: E402
+
+CORPUS = corpus_folder(ROOT / "tests" / "corpus")  # $OMNID_CORPUS, else the repository's small one
 
 
 def clips(limit: int) -> list[tuple[str, bytes, float]]:

@@ -47,7 +47,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
+from omnid.evaluation.corpus import corpus_folder  # noqa: E402
+
+CORPUS = corpus_folder(ROOT / "tests" / "corpus")  # $OMNID_CORPUS, else the repository's small one
 NEMO_PYTHON = Path("/tmp/nemo/bin/python")
 SYSTEMS = ("omnid", "parakeet-mlx", "nemo")
 CHUNK_S, OVERLAP_S = 120.0, 15.0  # parakeet-mlx's command-line defaults

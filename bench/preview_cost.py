@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -26,9 +25,10 @@ import omnid  # noqa: E402,F401  (OpenBLAS before mlx)
 from omnid.audio import decode_audio  # noqa: E402
 from omnid.config import load_config, load_pins, model_folder  # noqa: E402
 from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine  # noqa: E402
+from omnid.evaluation.corpus import corpus_folder  # noqa: E402
 from omnid.realtime.text import LocalAgreement  # noqa: E402
 
-CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = corpus_folder(ROOT / "tests" / "corpus")  # $OMNID_CORPUS, else the repository's small one
 
 
 def main() -> None:

@@ -21,7 +21,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
+from omnid.evaluation.corpus import corpus_folder  # noqa: E402
+
+CORPUS = corpus_folder(ROOT / "tests" / "corpus")  # $OMNID_CORPUS, else the repository's small one
 
 import omnid  # noqa: E402,I001  (OpenBLAS before mlx)
 import mlx.core as mx  # noqa: E402

@@ -62,9 +62,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import omnid  # noqa: E402,F401  (OpenBLAS before mlx, in the parent and in every worker)
+from omnid.evaluation.corpus import corpus_folder  # noqa: E402
 from tests.qwen_vocab import KNOWN, byte_unicode, write_tokenizer_config  # noqa: E402
 
-CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = corpus_folder(ROOT / "tests" / "corpus")  # $OMNID_CORPUS, else the repository's small one
 TINY_CONFIG = ROOT / "tests" / "goldens" / "qwen3_asr_tiny" / "config.json"
 SYSTEMS = ("omnid", "torch", "mlx-qwen3-asr")
 REFERENCES = ("torch", "mlx-qwen3-asr")

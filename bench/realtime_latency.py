@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import subprocess
 import sys
@@ -55,7 +54,9 @@ from omnid.evaluation.scoring import edit_distance, tokens  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
 from realtime_soak import Daemon  # noqa: E402  (started the same way)
 
-CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
+from omnid.evaluation.corpus import corpus_folder  # noqa: E402
+
+CORPUS = corpus_folder(ROOT / "tests" / "corpus")  # $OMNID_CORPUS, else the repository's small one
 STEP_S = 0.1  # one append per 100 ms of audio
 RATES = {"openai": 24000, "voxt": 16000}
 SILENCE_MS = 500

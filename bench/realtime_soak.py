@@ -41,8 +41,9 @@ import soxr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from omnid.cli.listen import pcm16  # noqa: E402  (the same PCM16 encoding as omnid's own client)
+from omnid.evaluation.corpus import corpus_folder  # noqa: E402
 
-CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = corpus_folder(ROOT / "tests" / "corpus")  # $OMNID_CORPUS, else the repository's small one
 RATE = 24000
 CHUNK = RATE // 10  # 100 ms appends
 REPORT_EVERY_S = 600.0

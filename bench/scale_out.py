@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import base64
 import json
-import os
 import random
 import shutil
 import signal
@@ -40,9 +39,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from omnid.audio import decode_audio, pcm16, wav_bytes  # noqa: E402
+from omnid.evaluation.corpus import corpus_folder  # noqa: E402
 from omnid.evaluation.scoring import edit_distance, tokens  # noqa: E402
 
-CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = corpus_folder(ROOT / "tests" / "corpus")  # $OMNID_CORPUS, else the repository's small one
 KEY = "scale-out-bench-key"
 STEP = 1600  # 100 ms at 16 kHz
 DRAIN_NOTICE_S = 2.0

@@ -27,7 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
+from omnid.evaluation.corpus import corpus_folder  # noqa: E402
+
+CORPUS = corpus_folder(ROOT / "tests" / "corpus")  # $OMNID_CORPUS, else the repository's small one
 SYSTEMS = ["omnid-full", "omnid-content", "faster-whisper-int8", "faster-whisper-float32", "mlx-whisper"]
 
 

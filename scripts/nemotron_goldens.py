@@ -6,7 +6,7 @@ English clips for every chunk size the checkpoint supports.
 Not run by CI: it needs torch and NeMo, which omnid never imports. In the throwaway virtualenv of
 scripts/parakeet_goldens.py (its docstring says how to make it):
 
-    /tmp/nemo/bin/python scripts/nemotron_goldens.py            # from the repository root; ../shared/corpus beside it
+    /tmp/nemo/bin/python scripts/nemotron_goldens.py            # from the repository root, OMNID_CORPUS=the full corpus
 
 The model is Nemotron 3.5 ASR streaming's configuration at toy sizes: 128 mels without normalisation, causal
 dw-striding x8, a FastConformer without biases or xscaling, chunked-limited attention with 56 frames of left context

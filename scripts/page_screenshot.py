@@ -20,14 +20,14 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "audio" / "en"
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "audio" / "en"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="http://127.0.0.1:8000")
-    ap.add_argument("--mic", type=Path, default=CORPUS / "jfk_inaugural_excerpt.wav")
-    ap.add_argument("--file", type=Path, default=CORPUS / "ljspeech_LJ001-0009.wav")
+    ap.add_argument("--mic", type=Path, default=CORPUS / "jfk_inaugural_excerpt.flac")
+    ap.add_argument("--file", type=Path, default=CORPUS / "ljspeech_LJ001-0009.flac")
     ap.add_argument("--out", type=Path, default=Path("docs/page.png"))
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     ap.add_argument("--chromedriver", default="/usr/bin/chromedriver")

@@ -7,7 +7,7 @@ Not run by CI: it needs torch and NeMo, which omnid never imports. In a throwawa
 
     python3 -m venv /tmp/nemo
     /tmp/nemo/bin/pip install torch==2.13.0 'nemo_toolkit[asr]==3.0.0' av soxr structlog msgspec
-    /tmp/nemo/bin/python scripts/parakeet_goldens.py            # from the repository root; ../shared/corpus beside it
+    /tmp/nemo/bin/python scripts/parakeet_goldens.py            # from the repository root, OMNID_CORPUS=the full corpus
 
 The models are Parakeet's architecture at toy sizes (the real v2/v3 configuration's kinds and switches: 128 mels,
 per-feature normalisation, dw-striding x8 with its biases, a FastConformer without biases or xscaling, batch norm,
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -43,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 from omnid.audio import decode_audio  # noqa: E402
 
 OUT = ROOT / "tests" / "goldens" / "parakeet_tiny"
-CORPUS = ROOT.parent / "shared" / "corpus"
+# The goldens were made from the full evaluation corpus (its clip order and transcripts matter), not tests/corpus.
+CORPUS = Path(os.environ.get("OMNID_CORPUS") or sys.exit("set OMNID_CORPUS to the corpus the goldens were made from"))
 DURATIONS = [0, 1, 2, 3, 4]
 SEED = 7
 # Per model: (blank bias, joint output scale, word-start bias, sentence-end bias), found by trying (the stats line

@@ -64,7 +64,8 @@ from omnid.audio import decode_audio  # noqa: E402  (the same 16 kHz samples the
 from tests.qwen_vocab import byte_unicode, write_tokenizer_config  # noqa: E402
 
 OUT = ROOT / "tests/goldens/qwen3_asr_tiny"
-CORPUS = ROOT.parent / "shared/corpus"
+# The goldens were made from the full evaluation corpus (its clip order and transcripts matter), not tests/corpus.
+CORPUS = pathlib.Path(os.environ.get("OMNID_CORPUS") or sys.exit("set OMNID_CORPUS to the corpus the goldens were made from"))
 SEED = 20261203
 
 # --- tokenizer: Qwen2's file layout, a small vocabulary -----------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real tiny.en checkpoint, the shared corpus, and one engine runtime for the session."""
+"""Shared fixtures: the real tiny.en checkpoint, the repository's corpus, and one engine runtime for the session."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.helpers import CORPUS
 
 @pytest.fixture(scope="session")
 def corpus() -> Path:
-    assert (CORPUS / "manifest.jsonl").exists(), f"the shared corpus is missing at {CORPUS}"
+    assert (CORPUS / "manifest.jsonl").exists(), f"the test corpus is missing at {CORPUS}"
     return CORPUS
 
 

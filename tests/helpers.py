@@ -29,7 +29,9 @@ from omnid.engine.whisper.checkpoint import expected_shapes
 from omnid.engine.whisper.model import ModelDims
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = Path(os.environ.get("OMNID_CORPUS", ROOT.parent / "shared" / "corpus"))
+# The repository's own speech (tests/corpus/SOURCES.md): the suite never reads a corpus outside the checkout, and
+# OMNID_CORPUS (for omnid eval and the benches) does not change what it reads.
+CORPUS = ROOT / "tests" / "corpus"
 
 # --- the corpus -------------------------------------------------------------------------------------------------
 
@@ -43,8 +45,12 @@ def reference(system: str = "faster-whisper-tiny.en") -> dict[str, str]:
     return {d["id"]: d["text"] for d in map(json.loads, lines)}
 
 
+def clip_path(clip_id: str) -> Path:
+    return CORPUS / manifest()[clip_id]["path"]
+
+
 def clip_audio(clip_id: str) -> np.ndarray:
-    return decode_audio(CORPUS / manifest()[clip_id]["path"])
+    return decode_audio(clip_path(clip_id))
 
 
 # --- audio as the realtime socket carries it --------------------------------------------------------------------
@@ -260,6 +266,6 @@ def nemo_goldens(folder: Path) -> tuple[Callable[[], dict], Callable[[], dict[st
 
     @cache
     def audio(clip: str) -> np.ndarray:
-        return np.concatenate([decode_audio(CORPUS / "audio" / "en" / f) for f in meta()["clips"][clip]])
+        return np.concatenate([clip_audio(Path(f).stem) for f in meta()["clips"][clip]])
 
     return meta, arrays, audio

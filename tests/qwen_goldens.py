@@ -11,8 +11,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from omnid.audio import decode_audio
-from tests.helpers import CORPUS, ROOT
+from tests.helpers import ROOT, clip_audio
 
 TINY = ROOT / "tests" / "goldens" / "qwen3_asr_tiny"
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
@@ -35,7 +34,7 @@ def arrays() -> dict[str, np.ndarray]:
 @lru_cache(maxsize=8)
 def clip(name: str) -> np.ndarray:
     c = meta()["clips"][name]
-    audio = decode_audio(CORPUS / c["path"])[int(c["start_s"] * 16000) : int(c["end_s"] * 16000)]
+    audio = clip_audio(Path(c["path"]).stem)[int(c["start_s"] * 16000) : int(c["end_s"] * 16000)]
     assert len(audio) == c["samples"] and abs(float(np.float64(audio).sum()) - c["sum"]) < 1e-3, "corpus audio moved"
     return audio
 

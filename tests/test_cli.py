@@ -54,7 +54,8 @@ def test_bad_inputs_fail_clearly(tmp_path):
 
 
 def test_eval_checks_the_committed_golden_on_a_subset(corpus):
-    out = omnid("eval", "--limit", "6", "--check", str(ROOT / "tests" / "goldens" / "whisper-tiny.en.cpu.json"))
+    out = omnid("eval", "--manifest", str(corpus / "manifest.jsonl"), "--limit", "6",
+                "--check", str(ROOT / "tests" / "goldens" / "whisper-tiny.en.cpu.json"))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "golden check passed: 6 clips unchanged" in out.stdout
     assert "identical to faster-whisper-tiny.en" in out.stdout

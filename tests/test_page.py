@@ -21,11 +21,11 @@ from aiohttp import web
 from omnid.audio import SAMPLE_RATE, decode_audio
 from omnid.evaluation.scoring import edit_distance, tokens
 from tests.fake_engine import fake_services
-from tests.helpers import CORPUS
+from tests.helpers import clip_path
 from tests.server import ServerThread
 
 KEY = "page-key"
-CLIP = CORPUS / "audio" / "en" / os.environ.get("OMNID_PAGE_CLIP", "ljspeech_LJ001-0005.wav")
+CLIP = clip_path(os.environ.get("OMNID_PAGE_CLIP", "ljspeech_LJ001-0005"))
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 SCREENSHOTS = Path(os.environ.get("OMNID_SCREENSHOTS", Path(tempfile.gettempdir()) / "omnid-page-failures"))

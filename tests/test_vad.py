@@ -12,7 +12,7 @@ from omnid.vad.silero import SAFETENSORS_FILE, SileroVAD, package_file
 from omnid.vad.stream import VadStream, feed_many, probabilities
 from tests.helpers import clip_audio
 
-CLIPS = ["ljspeech_LJ001-0001", "mfa_cold_corpus", "librispeech_1688-142285-0009", "fireredasr_TEST_MEETING"]
+CLIPS = ["ljspeech_LJ001-0001", "mfa_cold_corpus", "librispeech_1688-142285-0009", "fireredasr_BAC009S0764W0121"]
 
 
 @pytest.fixture(scope="module")

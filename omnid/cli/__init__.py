@@ -13,9 +13,6 @@ from typing import NoReturn, Sequence
 from omnid import __version__
 from omnid.config import ConfigError, load_config
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
-
-
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="a TOML file overriding config/omnid.toml")
     p.add_argument("--model", help="model id from the configuration, or a checkpoint folder (Whisper or Qwen3-ASR) "
@@ -57,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="score a model on a corpus manifest")
     _add_common(e)
-    e.add_argument("--manifest", type=Path, default=DEFAULT_CORPUS / "manifest.jsonl")
+    e.add_argument("--manifest", type=Path,
+                   help="a corpus's manifest.jsonl (or its folder); default: $OMNID_CORPUS's. tests/corpus is a small one")
     e.add_argument("--reference", type=Path, action="append", help="reference outputs .jsonl (repeatable)")
     e.add_argument("--language", default="en",
                    help="only clips of these manifest languages (comma-separated, or 'all'; default: en); each clip's "

@@ -17,13 +17,19 @@ from omnid.config import Config
 from omnid.engine.interface import TranscriptionEngine
 from omnid.engine.languages import language_code
 from omnid.evaluation import harness as evaluate
+from omnid.evaluation.corpus import NoCorpus, manifest_path
 from omnid.runtime import transcription
 from omnid.runtime.models import transcribe_options
 
 
 async def eval_command(args: argparse.Namespace, config: Config) -> int:
-    corpus = args.manifest.parent
-    clips = evaluate.read_manifest(args.manifest, args.language, args.limit, args.ids)
+    try:
+        manifest = manifest_path(args.manifest)
+    except NoCorpus as exc:
+        print(f"omnid eval: {exc}", file=sys.stderr)
+        return 2
+    corpus = manifest.parent
+    clips = evaluate.read_manifest(manifest, args.language, args.limit, args.ids)
     if not clips:
         print("omnid eval: no clips selected", file=sys.stderr)
         return 2
