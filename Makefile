@@ -1,5 +1,7 @@
 # The two set-up commands of the README. Each sets up what is missing first (scripts/setup.sh).
-SAMPLE ?= ../shared/corpus/audio/en/jfk_inaugural_excerpt.wav
+SAMPLE ?= tests/corpus/audio/en/jfk_inaugural_excerpt.flac
+# `make serve PORT=8001` serves on that port; unset, the config's server.port (8000 by default).
+PORT ?=
 
 .PHONY: setup serve transcribe lint test bench lock
 
@@ -7,7 +9,7 @@ setup:
 	@scripts/setup.sh
 
 serve: setup
-	exec .venv/bin/omnid serve
+	exec .venv/bin/omnid serve $(if $(PORT),--port $(PORT))
 
 transcribe: setup
 	.venv/bin/omnid transcribe $(SAMPLE)
