@@ -13,6 +13,7 @@ from typing import NoReturn, Sequence
 from omnid import __version__
 from omnid.config import ConfigError, load_config
 
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="a TOML file overriding config/omnid.toml")
     p.add_argument("--model", help="model id from the configuration, or a checkpoint folder (Whisper or Qwen3-ASR) "
