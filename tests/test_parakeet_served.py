@@ -126,8 +126,9 @@ def test_transcribe_takes_a_nemo_file_and_writes_subtitles(tmp_path):
     srt = omnid("transcribe", "--model", str(GOLDENS / "tdt.nemo"), "-f", "srt", str(wav))
     assert srt.returncode == 0, srt.stderr
     assert srt.stdout.count(" --> ") == len(nemo("librispeech")["segment"])
-    refused = omnid("transcribe", "--model", str(GOLDENS / "tdt.nemo"), "--language", "fr", str(wav))
-    assert refused.returncode == 2 and "does not transcribe 'fr'" in refused.stderr
+    detected = omnid("transcribe", "--model", str(GOLDENS / "tdt.nemo"), "--language", "fr", str(wav))
+    assert detected.returncode == 0 and "does not transcribe 'fr'; the language is detected" in detected.stderr
+    assert detected.stdout == out.stdout
 
 
 def test_doctor_tells_a_parakeet_checkpoints_layout(tmp_path):

@@ -15,8 +15,8 @@ def test_transcribe_takes_a_checkpoint_folder_and_tells_its_kind(tmp_path):
     assert out.stdout == meta()["cases"]["mid_en"]["text_unfixed"] + "\n"
     refused = omnid("transcribe", "--model", str(TINY), "-f", "srt", str(wav))
     assert refused.returncode == 2 and "--format: model qwen3_asr_tiny gives no timestamps for srt" in refused.stderr
-    refused = omnid("transcribe", "--model", str(TINY), "--language", "sw", str(wav))
-    assert refused.returncode == 2 and "does not transcribe 'sw'" in refused.stderr
+    detected = omnid("transcribe", "--model", str(TINY), "--language", "sw", str(wav))
+    assert detected.returncode == 0 and "does not transcribe 'sw'; the language is detected" in detected.stderr
     empty = omnid("transcribe", "--model", str(tmp_path), str(wav))
     assert empty.returncode == 2 and "holds no Whisper, Qwen3-ASR, Parakeet or Nemotron checkpoint" in empty.stderr
 

@@ -22,6 +22,7 @@ from omnid.api.websocket import CappedWebSocket
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.engine.sortformer.engine import PRESETS, SAMPLES_PER_FRAME, SortformerEngine
 from omnid.engine.sortformer.segments import FRAME_SECONDS, turns
+from omnid.runtime.request_rules import Range
 from omnid.runtime.scheduler import EngineRuntime, Priority
 
 log = structlog.get_logger(__name__)
@@ -29,6 +30,7 @@ log = structlog.get_logger(__name__)
 # The open streams (capped by diarization.max_streams); /health counts them.
 STREAMS = web.AppKey("diarization_streams", set)
 MAX_SECONDS = 3600.0  # min_duration and merge_gap: an hour
+THRESHOLD, SECONDS = Range(0.0, 1.0), Range(0.0, MAX_SECONDS)
 ABSOLUTE_MAX_FEED = 480_000  # 30 s: no feed is longer, whatever the checkpoint
 MAX_POSITIONS = 1500  # the reference's positional table: no sequence may be longer
 _INT = re.compile(r"[+-]?[0-9]{1,9}")
@@ -238,9 +240,9 @@ async def segments_route(request: web.Request, services) -> web.Response:
     config = services.config
     form = await read_form(request, FormLimits(int(config.server.max_upload_mb * 1024 * 1024),
                                                config.server.max_form_parts))
-    threshold = _or(number(form, "threshold", low=0.0, high=1.0), 0.5)
-    min_duration = _or(number(form, "min_duration", low=0.0, high=MAX_SECONDS), 0.0)
-    merge_gap = _or(number(form, "merge_gap", low=0.0, high=MAX_SECONDS), 0.18)
+    threshold = _or(number(form, "threshold", THRESHOLD), 0.5)
+    min_duration = _or(number(form, "min_duration", SECONDS), 0.0)
+    merge_gap = _or(number(form, "merge_gap", SECONDS), 0.18)
     latency = (text(form, "latency", max_chars=32) or config.diarization.file_latency).strip()
     if latency not in PRESETS:
         raise invalid("latency", f"latency must be one of {', '.join(PRESETS)}, got {latency[:32]!r}")

@@ -11,6 +11,7 @@ from aiohttp import web, web_protocol
 
 from omnid.echo import shown
 from omnid.runtime.errors import JobCancelledError, QueueFullError
+from omnid.runtime.request_rules import RuleError
 
 log = structlog.get_logger(__name__)
 
@@ -85,6 +86,8 @@ async def error_middleware(request: web.Request, handler):
         return await handler(request)
     except ApiError as exc:
         return exc.response()
+    except RuleError as exc:  # a field the request rules refuse (omnid/runtime/request_rules.py)
+        return invalid(exc.param, exc.message, exc.code).response()
     except QueueFullError:  # any route whose engine queue is at its cap
         busy = ApiError(503, "the server is busy; retry shortly", code="server_busy", type="server_error",
                         headers={"Retry-After": "1"})

@@ -1,5 +1,5 @@
 """Multipart form reading with caps on every byte of the body and on the number of parts, and typed field
-parsing that names the offending field and bounds every number.
+parsing that names the offending field (numbers by the bounds of omnid/runtime/request_rules.py).
 
 The body is read from the socket chunk by chunk (the event loop stays free between chunks), counted whole:
 preamble, boundaries, part headers and data alike. It is then parsed off the event loop by python-multipart, a
@@ -9,7 +9,6 @@ loop nothing and the parser a few dozen parts."""
 from __future__ import annotations
 
 import asyncio
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from omnid.api.errors import ApiError, invalid
 from omnid.echo import shown
+from omnid.runtime.request_rules import Count, Range
 
 CHUNK = 1 << 16
 TRUE = {"1", "true", "yes", "on"}
@@ -151,39 +151,12 @@ def parse_multipart(body: bytes, boundary: bytes, max_parts: int) -> Form:
 # --- fields -----------------------------------------------------------------------------------------------------
 
 
-def number(form: Form, name: str, *, low: float, high: float) -> float | None:
-    raw = form.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    if len(raw) > 64:
-        raise invalid(name, f"{name} must be a number of at most 64 characters, got {shown(raw)}")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise invalid(name, f"{name} must be a number, got {shown(raw)}") from None
-    if not math.isfinite(value):
-        raise invalid(name, f"{name} must be a finite number, got {shown(raw)}")
-    if not low <= value <= high:
-        raise invalid(name, f"{name} must be between {low:g} and {high:g}, got {shown(raw)}")
-    return value
+def number(form: Form, name: str, rule: Range) -> float | None:
+    return rule.parse(name, form.get(name))
 
 
-def integer(form: Form, name: str, *, low: int = 0, high: int) -> int | None:
-    raw = form.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    text = raw.strip()
-    try:
-        if len(text) > 20:  # past any bound: no need to parse a 400-digit number to refuse it
-            raise ValueError
-        value = int(text)
-    except ValueError:
-        if text.lstrip("+-").isdigit():
-            raise invalid(name, f"{name} must be between {low} and {high}, got {shown(raw)}") from None
-        raise invalid(name, f"{name} must be an integer, got {shown(raw)}") from None
-    if not low <= value <= high:
-        raise invalid(name, f"{name} must be between {low} and {high}, got {value}")
-    return value
+def integer(form: Form, name: str, rule: Count) -> int | None:
+    return rule.parse(name, form.get(name))
 
 
 def flag(form: Form, name: str) -> bool:

@@ -12,7 +12,7 @@ import structlog
 from aiohttp import web
 
 from omnid.api.errors import ApiError, invalid, require_loaded, require_ready
-from omnid.api.forms import Form, FormLimits, flag, integer, number, read_form, text
+from omnid.api.forms import Form, FormLimits, flag, integer, number, read_form
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.echo import shown
 from omnid.engine.interface import Capabilities, TranscriptionEngine
@@ -22,8 +22,9 @@ from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.formats import CONTENT_TYPES, FORMATS, SPEAKER_FORMATS, render
 from omnid.logging import content
 from omnid.realtime.protocol.server_events import ErrorDetail, Usage  # one shape on every route
+from omnid.runtime import request_rules as rules
 from omnid.runtime import transcription
-from omnid.runtime.catalog import MAX_LANGUAGE_CHARS, NotTranscription, UnknownModel, requested_language
+from omnid.runtime.catalog import NotTranscription, UnknownModel
 from omnid.runtime.errors import JobCancelledError
 from omnid.runtime.models import transcribe_options
 from omnid.runtime.scheduler import EngineRuntime, Priority
@@ -35,12 +36,6 @@ log = structlog.get_logger(__name__)
 GRANULARITIES = {"segment", "word"}
 AUDIO_LAYOUTS = {"reference", "voxt_swift"}
 VAD_FILTER_THRESHOLD = 0.5  # Silero's own default
-# Subtitles need segment times fit to show text by; verbose_json carries whatever segments the engine has.
-TIMED_FORMATS = {"srt", "vtt"}
-# The largest max_new_tokens the reference servers take (a 32-bit count); more is "out of range".
-MAX_TOKEN_BUDGET = 2**31 - 1
-
-
 @dataclass(frozen=True)
 class Request:
     runtime: EngineRuntime[TranscriptionEngine]
@@ -95,22 +90,16 @@ def parse(form: Form, services) -> Request:
     if grans and fmt != "verbose_json":
         raise invalid("timestamp_granularities[]", "timestamp_granularities[] needs response_format=verbose_json")
     can = transcription.capabilities(runtime)
-    if "word" in grans and not can.word_timestamps:
-        raise invalid("timestamp_granularities[]", f"model {runtime.name} gives no word timestamps", "unsupported_value")
-    if fmt in TIMED_FORMATS and not can.timestamps:
-        raise invalid("response_format", f"model {runtime.name} gives no timestamps for {fmt}", "unsupported_value")
-    language = _language(text(form, "language", max_chars=MAX_LANGUAGE_CHARS), runtime)
+    if "word" in grans:
+        rules.word_timestamps(can, runtime.name, "timestamp_granularities[]")
+    rules.response_format(fmt, can, runtime.name)
+    language = rules.language(form.get("language"), can, runtime.name)
+    if language.instead:
+        log.info("language_detected_instead", model=runtime.name, requested=shown(form.get("language")))
     limits = services.config.transcription
-    temperature = number(form, "temperature", low=0.0, high=1.0)
-    if temperature and not can.temperature:
-        raise invalid("temperature", f"model {runtime.name} decodes greedily only: temperature must be 0",
-                      "unsupported_value")
-    # Any budget the reference servers take (Voxt asks 1024 of every model), held to what the model can produce.
-    requested_tokens = integer(form, "max_new_tokens", high=MAX_TOKEN_BUDGET)
-    max_new_tokens = min(requested_tokens, can.max_new_tokens) if requested_tokens else None
-    prompt = text(form, "prompt", max_chars=limits.max_prompt_chars)
-    if prompt and prompt.strip() and not can.prompt:
-        raise invalid("prompt", f"model {runtime.name} takes no prompt", "unsupported_value")
+    temperature = rules.temperature(number(form, "temperature", rules.TEMPERATURE), can, runtime.name)
+    max_new_tokens = rules.token_budget(integer(form, "max_new_tokens", rules.MAX_NEW_TOKENS), can)
+    prompt = rules.prompt(form.get("prompt"), can, runtime.name, limits.max_prompt_chars)
     vad_filter = flag(form, "vad_filter") if form.get("vad_filter") is not None else limits.vad_filter
     stream = flag(form, "stream")
     metadata = flag(form, "include_generation_metadata")
@@ -128,30 +117,17 @@ def parse(form: Form, services) -> Request:
         raise invalid("file", "file is required: a multipart part named 'file' with a filename", "missing_file")
     options = transcribe_options(
         services.config.transcription,
-        language=language,
+        language=language.code,
         prompt=prompt,
-        temperature=temperature or 0.0,
+        temperature=temperature,
         max_new_tokens=max_new_tokens,
         # Speakers are assigned word by word where the model times words.
         word_timestamps="word" in grans or (diarizer is not None and can.word_timestamps),
         # A model with a forced aligner times what will show times (not a stream: it sends text as it comes).
-        timed=runtime.aligner is not None and not stream and (fmt in TIMED_FORMATS | {"verbose_json"}
+        timed=runtime.aligner is not None and not stream and (fmt in (*rules.TIMED_FORMATS, "verbose_json")
                                                                or diarizer is not None),
     )
     return Request(runtime, options, fmt, stream, metadata, vad_filter, form.file, "word" in grans, diarizer)
-
-
-def _language(raw: str | None, runtime: EngineRuntime[TranscriptionEngine]) -> str | None:
-    """The language asked for, or None (detect) when the model does not know it: the reference servers detect
-    rather than refuse, and the response says which language was used."""
-    can = runtime.engine.capabilities
-    language = requested_language(raw, can.languages)
-    if language is None and raw is not None and raw.strip():
-        if can.refuses_unknown_language:
-            raise invalid("language", f"model {runtime.name} does not transcribe {shown(raw)!r}; it takes "
-                                      f"{', '.join(can.languages)}")
-        log.info("language_detected_instead", model=runtime.name, requested=shown(raw))
-    return language
 
 
 def _diarizer(form: Form, fmt: str, services) -> EngineRuntime | None:

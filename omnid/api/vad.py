@@ -14,11 +14,9 @@ from omnid.api.websocket import CappedWebSocket
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.runtime import transcription
 from omnid.runtime.errors import QueueFullError
+from omnid.runtime.request_rules import SPEECH_MS, VAD_THRESHOLD
 from omnid.vad.segments import SpeechParams, speech_timestamps
 from omnid.vad.stream import VadStream
-
-# Durations (ms) the speech-timestamp fields accept: an hour; longer means nothing for speech.
-MAX_MS = 3_600_000
 
 
 def add_routes(app: web.Application, key: web.AppKey, expect_handler) -> None:
@@ -38,10 +36,10 @@ async def speech_timestamps_route(request: web.Request, services) -> web.Respons
     form = await read_form(request, FormLimits(int(config.server.max_upload_mb * 1024 * 1024), config.server.max_form_parts))
     defaults = SpeechParams()
     params = SpeechParams(
-        threshold=_or(number(form, "threshold", low=0.0, high=1.0), defaults.threshold),
-        min_speech_duration_ms=_or(integer(form, "min_speech_duration_ms", high=MAX_MS), defaults.min_speech_duration_ms),
-        min_silence_duration_ms=_or(integer(form, "min_silence_duration_ms", high=MAX_MS), defaults.min_silence_duration_ms),
-        speech_pad_ms=_or(integer(form, "speech_pad_ms", high=MAX_MS), defaults.speech_pad_ms),
+        threshold=_or(number(form, "threshold", VAD_THRESHOLD), defaults.threshold),
+        min_speech_duration_ms=_or(integer(form, "min_speech_duration_ms", SPEECH_MS), defaults.min_speech_duration_ms),
+        min_silence_duration_ms=_or(integer(form, "min_silence_duration_ms", SPEECH_MS), defaults.min_silence_duration_ms),
+        speech_pad_ms=_or(integer(form, "speech_pad_ms", SPEECH_MS), defaults.speech_pad_ms),
     )
     if form.file is None:
         raise invalid("file", "file is required: a multipart part named 'file' with a filename", "missing_file")

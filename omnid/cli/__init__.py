@@ -21,13 +21,6 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", choices=["full", "content"], help="window padding mode (default: from config)")
 
 
-def _temperature(value: str) -> float:
-    t = float(value)
-    if not math.isfinite(t) or t < 0:
-        raise argparse.ArgumentTypeError("must be a finite number >= 0")
-    return t
-
-
 def _positive(value: str) -> float:
     v = float(value)
     if not math.isfinite(v) or v <= 0:
@@ -45,7 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(t)
     t.add_argument("--language", help="ISO-639-1 code or English name; default: detect (English-only models: en)")
     t.add_argument("--prompt", help="context text to condition the decoder")
-    t.add_argument("--temperature", type=_temperature, default=0.0, help="sampling temperature (fallback rises from it)")
+    # Values are checked by the request rules, as the HTTP route checks them (omnid/runtime/request_rules.py).
+    t.add_argument("--temperature", help="sampling temperature, 0..1 (fallback rises from it)")
+    t.add_argument("--max-new-tokens", help="at most this many tokens per decode (0: the model's own limit; more than "
+                                            "the model can produce is held to what it can)")
     t.add_argument("--format", "-f", default="text", choices=["text", "json", "verbose_json", "srt", "vtt"])
     t.add_argument("--word-timestamps", action="store_true", help="words with start/end times (verbose_json)")
     t.add_argument("--aligner", help="a Qwen3-ForcedAligner (configured id or checkpoint folder) to time a Qwen3-ASR "

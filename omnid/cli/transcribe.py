@@ -1,10 +1,14 @@
-"""``omnid transcribe``: files to transcripts on the model's runtime, as in the daemon, with progress on stderr."""
+"""``omnid transcribe``: files to transcripts on the model's runtime, as in the daemon, with progress on stderr. Its
+options are held to the request rules the HTTP route applies (omnid/runtime/request_rules.py), with the same messages."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -18,16 +22,11 @@ from omnid.engine.parakeet.checkpoint import is_parakeet
 from omnid.engine.qwen3_asr.checkpoint import is_qwen3_asr
 from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.formats import EXTENSIONS, render
+from omnid.runtime import request_rules as rules
 from omnid.runtime import transcription
-from omnid.runtime.catalog import (
-    ModelCatalog,
-    NotTranscription,
-    UnknownLanguage,
-    UnknownModel,
-    UnsupportedLanguage,
-    resolve_language,
-)
+from omnid.runtime.catalog import ModelCatalog, NotTranscription, UnknownModel
 from omnid.runtime.models import transcribe_options, transcriber_runtime
+from omnid.runtime.request_rules import RuleError
 from omnid.runtime.scheduler import EngineRuntime
 
 
@@ -96,46 +95,67 @@ def close(runtime: EngineRuntime[TranscriptionEngine]) -> None:
         runtime.aligner.close()
 
 
-def language_option(engine: TranscriptionEngine, value: str | None) -> str | None:
-    """--language, read as every route reads it: an ISO code or an English name, any case."""
+@contextmanager
+def option_rules() -> Iterator[None]:
+    """A value the request rules refuse, as the HTTP route refuses it: its message, after the option's name
+    (``--max-new-tokens: max_new_tokens must be ...``); the command exits 2."""
     try:
-        return resolve_language(value, engine.capabilities.languages)
-    except UnknownLanguage:
-        raise ConfigError(f"--language: unknown language {value!r}") from None
-    except UnsupportedLanguage:
-        raise ConfigError(f"--language: model {engine.model_id} does not transcribe {value!r} "
-                          f"(only {', '.join(engine.capabilities.languages[:8])})") from None
+        yield
+    except RuleError as exc:
+        raise ConfigError(f"--{exc.param.replace('_', '-')}: {exc.message}") from None
 
 
-def check_options(runtime: EngineRuntime[TranscriptionEngine], args: argparse.Namespace) -> None:
-    """What this model cannot do is refused before any audio is read, naming the option."""
-    engine = runtime.engine
+@dataclass(frozen=True)
+class Values:
+    """The options the request rules check before the model is loaded: their ranges and lengths."""
+
+    temperature: float | None
+    max_new_tokens: int | None
+
+
+def check_values(args: argparse.Namespace, config: Config) -> Values:
+    with option_rules():
+        rules.language_length(args.language)
+        rules.prompt(args.prompt, None, "", config.transcription.max_prompt_chars)
+        return Values(rules.TEMPERATURE.parse("temperature", args.temperature),
+                      rules.MAX_NEW_TOKENS.parse("max_new_tokens", args.max_new_tokens))
+
+
+def model_options(runtime: EngineRuntime[TranscriptionEngine], args: argparse.Namespace, values: Values,
+                  config: Config) -> TranscribeOptions:
+    """What this model cannot do is refused before any audio is read, naming the option; a language it does not
+    know is detected, and said so."""
+    model = runtime.engine.model_id
     can = transcription.capabilities(runtime)
-    if args.temperature and not can.temperature:
-        raise ConfigError(f"--temperature: model {engine.model_id} decodes greedily only")
-    if args.word_timestamps and not can.word_timestamps:
-        raise ConfigError(f"--word-timestamps: model {engine.model_id} gives no word timestamps")
-    if args.format in ("srt", "vtt") and not can.timestamps:
-        raise ConfigError(f"--format: model {engine.model_id} gives no timestamps for {args.format}")
+    with option_rules():
+        temperature = rules.temperature(values.temperature, can, model)
+        prompt = rules.prompt(args.prompt, can, model, config.transcription.max_prompt_chars)
+        if args.word_timestamps:
+            rules.word_timestamps(can, model, "word_timestamps")
+        rules.response_format(args.format, can, model, "format")
+        language = rules.language(args.language, can, model)
+    if language.instead:
+        print(f"omnid: --language: {language.instead}", file=sys.stderr)
+    return transcribe_options(
+        config.transcription,
+        language=language.code,
+        prompt=prompt,
+        temperature=temperature,
+        max_new_tokens=rules.token_budget(values.max_new_tokens, can),
+        window=args.window,
+        word_timestamps=args.word_timestamps,
+        timed=runtime.aligner is not None and (args.format in (*rules.TIMED_FORMATS, "verbose_json") or args.word_timestamps),
+    )
 
 
 async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
+    values = check_values(args, config)
     runtime = await start_model(config, args.model, args.aligner)
-    engine = runtime.engine
     try:
-        check_options(runtime, args)
+        opts = model_options(runtime, args, values, config)
     except ConfigError:
         close(runtime)
         raise
-    opts = transcribe_options(
-        config.transcription,
-        language=language_option(engine, args.language),
-        prompt=args.prompt,
-        temperature=args.temperature,
-        window=args.window,
-        word_timestamps=args.word_timestamps,
-        timed=runtime.aligner is not None and (args.format in ("srt", "vtt", "verbose_json") or args.word_timestamps),
-    )
     failures = 0
     try:
         for path in args.files:

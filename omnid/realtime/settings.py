@@ -3,13 +3,17 @@ one typed value, and the effective configuration each dialect echoes back."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from omnid.audio import SAMPLE_RATE
 from omnid.echo import shown
 from omnid.engine.interface import Capabilities as EngineCapabilities
-from omnid.runtime.catalog import MAX_LANGUAGE_CHARS, ModelCatalog, NotTranscription, UnknownModel, requested_language
+from omnid.runtime import request_rules
+from omnid.runtime.catalog import ModelCatalog, NotTranscription, UnknownModel
+from omnid.runtime.request_rules import TURN_MS, VAD_THRESHOLD, Count, Range, RuleError
 
 OPENAI_RATE = 24000
 
@@ -75,15 +79,22 @@ def _str(value: Any, param: str) -> str | None:
     return value.strip() or None
 
 
-def _number(value: Any, param: str, lo: float, hi: float, integer: bool = False) -> Any:
-    """A number within [lo, hi]. Compared as it came (a 400-digit integer is simply out of range: converting it to
-    a float would overflow), and for an integer field a float must be whole."""
+def _number(value: Any, param: str, rule: Range | Count) -> Any:
+    """A JSON number within the rule's bounds; for a whole-number rule a float must be whole."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            integer and isinstance(value, float) and not value.is_integer()):
-        raise SettingsError("invalid_event", param, f"{param} must be {'an integer' if integer else 'a number'}")
-    if not lo <= value <= hi:  # NaN (a frame may carry it) and +-inf fail here too
-        raise SettingsError("unsupported_session", param, f"{param} must be between {lo:g} and {hi:g}, got {shown(value)}")
-    return int(value) if integer else float(value)
+            isinstance(rule, Count) and isinstance(value, float) and not value.is_integer()):
+        raise SettingsError("invalid_event", param, f"{param} must be {'an integer' if isinstance(rule, Count) else 'a number'}")
+    with _unsupported():
+        return rule.check(param, value)
+
+
+@contextmanager
+def _unsupported() -> Iterator[None]:
+    """What the request rules refuse is a setting the server cannot take."""
+    try:
+        yield
+    except RuleError as exc:
+        raise SettingsError("unsupported_session", exc.param, exc.message) from None
 
 
 def turn_detection(value: Any, current: ServerVad | None, param: str = "session.turn_detection") -> ServerVad | None:
@@ -97,11 +108,11 @@ def turn_detection(value: Any, current: ServerVad | None, param: str = "session.
     base = current or ServerVad()
     out = base
     if "threshold" in spec:
-        out = replace(out, threshold=_number(spec["threshold"], f"{param}.threshold", 0.0, 1.0))
+        out = replace(out, threshold=_number(spec["threshold"], f"{param}.threshold", VAD_THRESHOLD))
     if "prefix_padding_ms" in spec:
-        out = replace(out, prefix_padding_ms=_number(spec["prefix_padding_ms"], f"{param}.prefix_padding_ms", 0, 10000, True))
+        out = replace(out, prefix_padding_ms=_number(spec["prefix_padding_ms"], f"{param}.prefix_padding_ms", TURN_MS))
     if "silence_duration_ms" in spec:
-        out = replace(out, silence_duration_ms=_number(spec["silence_duration_ms"], f"{param}.silence_duration_ms", 0, 10000, True))
+        out = replace(out, silence_duration_ms=_number(spec["silence_duration_ms"], f"{param}.silence_duration_ms", TURN_MS))
     return out
 
 
@@ -128,40 +139,29 @@ def _transcription(settings: Settings, spec: Any, caps: Capabilities, param: str
 
 
 def _prompt(value: Any, param: str, caps: Capabilities, model: str) -> str | None:
-    prompt = _str(value, param)
-    engine = caps.engines.get(model)
-    if prompt is not None and engine is not None and not engine.prompt:
-        raise SettingsError("unsupported_session", param, f"model {model} takes no prompt")
-    if prompt is not None and len(prompt) > caps.max_prompt_chars:
-        raise SettingsError("unsupported_session", param,
-                            f"{param} is {len(prompt)} characters long; at most {caps.max_prompt_chars} are accepted")
-    return prompt
+    with _unsupported():
+        return request_rules.prompt(_str(value, param), caps.engines.get(model), model, caps.max_prompt_chars, param)
 
 
 def _language(value: Any, param: str) -> str | None:
     language = _str(value, param)
-    if language is not None and len(language) > MAX_LANGUAGE_CHARS:
-        raise SettingsError("unsupported_session", param,
-                            f"{param} is {len(language)} characters long; at most {MAX_LANGUAGE_CHARS} are accepted")
+    with _unsupported():
+        request_rules.language_length(language, param)
     return language
 
 
 def _check_language(settings: Settings, caps: Capabilities) -> Settings:
-    """The language the session decodes in: a language the model does not know is detected, as on HTTP (a model
-    that must have it, Nemotron, refuses it); a name the model has for one (a prompt key) is kept as it is. A
-    cache-aware model's chunk snapped to its own sizes."""
+    """The settings held to the session's model, whichever came first in the update: the language it decodes in,
+    by the request rules (a language the model does not know is detected, as on HTTP; a model that must have it,
+    Nemotron, refuses it; a name the model has for one, a prompt key, is kept as it is), a prompt only for a model
+    that takes one, and a cache-aware model's chunk snapped to its own sizes."""
     engine = caps.engines.get(settings.model)
     if engine is None:
-        return replace(settings, language=requested_language(settings.language, ()))
-    chunk = snap_chunk(settings.chunk_asked, engine.chunk_ms)
-    if settings.language in engine.language_keys:
-        return replace(settings, chunk_ms=chunk)
-    language = requested_language(settings.language, engine.languages)
-    if language is None and settings.language and engine.refuses_unknown_language:
-        raise SettingsError("unsupported_session", "session.language",
-                            f"model {settings.model} does not transcribe {shown(settings.language)!r}; it takes "
-                            f"{', '.join(engine.language_keys or engine.languages)}")
-    return replace(settings, language=language, chunk_ms=chunk)
+        return replace(settings, language=None)
+    with _unsupported():
+        language = request_rules.language(settings.language, engine, settings.model, "session.language")
+        request_rules.prompt(settings.prompt, engine, settings.model, caps.max_prompt_chars, "session.prompt")
+    return replace(settings, language=language.code, chunk_ms=snap_chunk(settings.chunk_asked, engine.chunk_ms))
 
 
 def chunk(value: Any) -> float | None:
@@ -242,7 +242,7 @@ def _format(value: Any, caps: Capabilities) -> int:
     kind = fmt.get("type", "audio/pcm")
     if kind != "audio/pcm":
         raise SettingsError("unsupported_session", f"{param}.type", f"audio format {shown(kind)} is not supported; use audio/pcm")
-    return _number(fmt.get("rate", OPENAI_RATE), f"{param}.rate", caps.min_rate, caps.max_rate, integer=True)
+    return _number(fmt.get("rate", OPENAI_RATE), f"{param}.rate", Count(caps.min_rate, caps.max_rate))
 
 
 # --- what the server echoes ------------------------------------------------------------------------------------

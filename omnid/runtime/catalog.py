@@ -1,18 +1,13 @@
-"""Which model a request means, the same on every route (HTTP and realtime): a configured model id, one of its
-configured aliases, or a well-known OpenAI name (served by the default model); nothing given means the default.
-And which language: an ISO-639-1 code or an English name, in any case, with or without a region (``fr-FR``). On the
-daemon's routes a language the model does not know is detected instead, as the reference servers Voxt was written
-against do (``requested_language``); the command line refuses it (``resolve_language``)."""
+"""Which model a request means, the same on every route (HTTP and realtime) and on the command line: a configured
+model id, one of its configured aliases, or a well-known OpenAI name (served by the default model); nothing given
+means the default. (Which language: request_rules.language.)"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from omnid.config import Config
-from omnid.engine.languages import language_code
 
-# A language tag or name is a few characters (BCP 47 tags rarely pass 35); a longer value is refused, not detected.
-MAX_LANGUAGE_CHARS = 64
 # What OpenAI clients ask for; omnid serves them with the default transcription model.
 OPENAI_NAMES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
 
@@ -23,14 +18,6 @@ class UnknownModel(LookupError):
 
 class NotTranscription(ValueError):
     """The name is a model of another kind (the VAD, a diarizer)."""
-
-
-class UnknownLanguage(ValueError):
-    """Neither a code nor a name Whisper knows."""
-
-
-class UnsupportedLanguage(ValueError):
-    """A known language this model does not transcribe."""
 
 
 @dataclass(frozen=True)
@@ -69,23 +56,3 @@ class ModelCatalog:
             raise NotTranscription(f"model {key!r} is a forced aligner (it times a Qwen3-ASR model's transcripts), "
                                    "not a transcription model")
         raise UnknownModel(key)
-
-
-def resolve_language(value: str | None, languages: tuple[str, ...]) -> str | None:
-    """The ISO code of a requested language (blank: detect), checked against what the model transcribes."""
-    if value is None or not value.strip():
-        return None
-    code = language_code(value)
-    if code is None:
-        raise UnknownLanguage(value)
-    if code not in languages:
-        raise UnsupportedLanguage(value)
-    return code
-
-
-def requested_language(value: str | None, languages: tuple[str, ...]) -> str | None:
-    """What a route decodes in: the requested language when the model transcribes it, else None (detect)."""
-    try:
-        return resolve_language(value, languages)
-    except (UnknownLanguage, UnsupportedLanguage):
-        return None
