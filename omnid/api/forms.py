@@ -1,5 +1,6 @@
 """Multipart form reading with caps on every byte of the body and on the number of parts, and typed field
-parsing that names the offending field (numbers by the bounds of omnid/runtime/request_rules.py).
+parsing that names the offending field (numbers by the bounds of omnid/runtime/request_rules.py), refusing a field
+the route does not take.
 
 The body is read from the socket chunk by chunk (the event loop stays free between chunks), counted whole:
 preamble, boundaries, part headers and data alike. It is then parsed off the event loop by python-multipart, a
@@ -9,6 +10,7 @@ loop nothing and the parser a few dozen parts."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +21,7 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from omnid.api.errors import ApiError, invalid
-from omnid.echo import shown
+from omnid.echo import ECHO_CHARS, shown
 from omnid.runtime.request_rules import Count, Range
 
 CHUNK = 1 << 16
@@ -149,6 +151,15 @@ def parse_multipart(body: bytes, boundary: bytes, max_parts: int) -> Form:
 
 
 # --- fields -----------------------------------------------------------------------------------------------------
+
+
+def known_fields(form: Form, names: Collection[str], ignored: Collection[str] = ()) -> None:
+    """Refuses the first field the route does not take, naming it, before anything is done with the others.
+    ``ignored``: fields taken and documented as ignored (OpenAI's that omnid cannot honour)."""
+    for name in form.fields:
+        if name != "file" and name not in names and name not in ignored:
+            raise invalid(name[:ECHO_CHARS], f"unknown field {shown(name)}: the fields are file, {', '.join(names)}",
+                          "unknown_parameter")
 
 
 def number(form: Form, name: str, rule: Range) -> float | None:

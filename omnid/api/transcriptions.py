@@ -12,7 +12,7 @@ import structlog
 from aiohttp import web
 
 from omnid.api.errors import ApiError, invalid, require_loaded, require_ready
-from omnid.api.forms import Form, FormLimits, flag, integer, number, read_form
+from omnid.api.forms import Form, FormLimits, flag, integer, known_fields, number, read_form
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.echo import shown
 from omnid.engine.interface import Capabilities, TranscriptionEngine
@@ -36,6 +36,19 @@ log = structlog.get_logger(__name__)
 GRANULARITIES = {"segment", "word"}
 AUDIO_LAYOUTS = {"reference", "voxt_swift"}
 VAD_FILTER_THRESHOLD = 0.5  # Silero's own default
+# The fields the route reads (docs/wire-protocol.md): OpenAI's it honours, then the reference servers' and omnid's.
+FIELDS = ("model", "language", "prompt", "response_format", "temperature", "timestamp_granularities[]", "stream",
+          "timestamp_granularities", "max_new_tokens", "vad_filter", "diarize", "include_generation_metadata",
+          "stop_at_end_of_text", "stop_on_token_loop", "audio_layout")
+# OpenAI's documented request fields that omnid cannot honour: taken and ignored, as docs/wire-protocol.md lists
+# them ("OpenAI fields omnid ignores"). Arrays as the SDKs send them (name[]) or bare; chunking_strategy as a
+# string, or as the SDKs flatten its object.
+OPENAI_IGNORED = ("include[]", "include", "chunking_strategy", "chunking_strategy[type]", "chunking_strategy[threshold]",
+                  "chunking_strategy[prefix_padding_ms]", "chunking_strategy[silence_duration_ms]",
+                  "known_speaker_names[]", "known_speaker_names", "known_speaker_references[]",
+                  "known_speaker_references", "keywords[]", "keywords", "languages[]", "languages")
+
+
 @dataclass(frozen=True)
 class Request:
     runtime: EngineRuntime[TranscriptionEngine]
@@ -76,6 +89,7 @@ class ErrorEvent(msgspec.Struct, tag_field="type", tag="error"):
 
 
 def parse(form: Form, services) -> Request:
+    known_fields(form, FIELDS, OPENAI_IGNORED)
     model_id = (form.get("model") or "").strip()
     runtime = _model(model_id, services)
     fmt = (form.get("response_format") or "json").strip()

@@ -9,7 +9,7 @@ from aiohttp import WSMsgType, web
 
 from omnid.api.errors import invalid, require_ready
 from omnid.api.fallback import require_websocket_upgrade
-from omnid.api.forms import FormLimits, integer, number, read_form
+from omnid.api.forms import FormLimits, integer, known_fields, number, read_form
 from omnid.api.websocket import CappedWebSocket
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.runtime import transcription
@@ -17,6 +17,8 @@ from omnid.runtime.errors import QueueFullError
 from omnid.runtime.request_rules import SPEECH_MS, VAD_THRESHOLD
 from omnid.vad.segments import SpeechParams, speech_timestamps
 from omnid.vad.stream import VadStream
+
+FIELDS = ("threshold", "min_speech_duration_ms", "min_silence_duration_ms", "speech_pad_ms")
 
 
 def add_routes(app: web.Application, key: web.AppKey, expect_handler) -> None:
@@ -34,6 +36,7 @@ async def speech_timestamps_route(request: web.Request, services) -> web.Respons
     require_ready(services)
     config = services.config
     form = await read_form(request, FormLimits(int(config.server.max_upload_mb * 1024 * 1024), config.server.max_form_parts))
+    known_fields(form, FIELDS)
     defaults = SpeechParams()
     params = SpeechParams(
         threshold=_or(number(form, "threshold", VAD_THRESHOLD), defaults.threshold),
