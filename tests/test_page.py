@@ -4,6 +4,7 @@ Chromium against the real daemon, a fake microphone and an uploaded file both tr
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import shutil
@@ -18,14 +19,18 @@ import pytest
 import websockets
 from aiohttp import web
 
-from omnid.audio import SAMPLE_RATE, decode_audio
+from omnid.audio import SAMPLE_RATE, decode_audio, wav_bytes
 from omnid.evaluation.scoring import edit_distance, tokens
 from tests.fake_engine import fake_services
-from tests.helpers import clip_path
+from tests.helpers import clip_audio
 from tests.server import ServerThread
 
 KEY = "page-key"
-CLIP = clip_path(os.environ.get("OMNID_PAGE_CLIP", "ljspeech_LJ001-0005"))
+# Chromium's fake microphone plays only WAV files: the corpus's FLAC is written out as one (16 kHz mono), and the
+# file tests upload the same file.
+CLIP = Path(tempfile.gettempdir()) / f"omnid-page-clip-{os.getpid()}.wav"
+CLIP.write_bytes(wav_bytes(clip_audio(os.environ.get("OMNID_PAGE_CLIP", "ljspeech_LJ001-0005"))))
+atexit.register(CLIP.unlink, missing_ok=True)
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 SCREENSHOTS = Path(os.environ.get("OMNID_SCREENSHOTS", Path(tempfile.gettempdir()) / "omnid-page-failures"))
