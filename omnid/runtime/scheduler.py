@@ -22,25 +22,18 @@ import threading
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
 import mlx.core as mx
 import structlog
 
+from omnid.jobs import Check, Priority
 from omnid.runtime.errors import JobCancelledError, QueueFullError
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 E = TypeVar("E")
-Check = Callable[[], None]
-
-
-class Priority(IntEnum):
-    FINAL = 0
-    PREVIEW = 1
-    FILE = 2
 
 
 @dataclass(order=True)

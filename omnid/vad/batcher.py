@@ -11,15 +11,17 @@ import asyncio
 import numpy as np
 
 from omnid.audio import SAMPLE_RATE
-from omnid.runtime.scheduler import EngineRuntime, Priority
+from omnid.jobs import JobRunner, Priority
 from omnid.vad.silero import SileroVAD
 from omnid.vad.stream import VadStream, feed_many
 
+Pending = tuple[VadStream, np.ndarray, asyncio.Future]  # a feed waiting for its batch, and its waiter
+
 
 class VadBatcher:
-    def __init__(self, runtime: EngineRuntime[SileroVAD]):
+    def __init__(self, runtime: JobRunner[SileroVAD]):  # the VAD engine's runtime (runtime/scheduler.py)
         self.runtime = runtime
-        self._pending: list[tuple[VadStream, np.ndarray, asyncio.Future]] = []
+        self._pending: list[Pending] = []
         self._flushing = False
 
     async def feed(self, stream: VadStream, samples: np.ndarray) -> np.ndarray:
@@ -51,9 +53,11 @@ class VadBatcher:
         finally:
             self._flushing = False
 
-    def _take_batch(self):
+    def _take_batch(self) -> tuple[list[Pending], list[Pending]]:
         """One entry per stream per batch (a stream's windows are sequential); later feeds wait their turn."""
-        batch, rest, seen = [], [], set()
+        batch: list[Pending] = []
+        rest: list[Pending] = []
+        seen: set[int] = set()
         for item in self._pending:
             key = id(item[0])
             (rest if key in seen else batch).append(item)
