@@ -281,8 +281,8 @@ def test_omnid_diarize_prints_one_line_per_turn():
                          capture_output=True, text=True, check=True, timeout=300).stdout.splitlines()
     engine = SortformerEngine("t", NEMO)
     from omnid.audio import decode_audio
+    from omnid.engine.diarization import turns
     from omnid.engine.sortformer.engine import PRESETS
-    from omnid.engine.sortformer.segments import turns
 
     want = [f"{t.start:.2f} {t.end:.2f} speaker_{t.speaker}"
             for t in turns(engine.diarize(decode_audio(wav), PRESETS["very_high"]))]

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from omnid.engine.diarization import turns
 from omnid.engine.sortformer.engine import SortformerEngine
-from omnid.engine.sortformer.segments import turns
 from tests.sortformer_clips import two_voices
 from tests.sortformer_reference import convert, load_model
 

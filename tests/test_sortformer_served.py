@@ -15,8 +15,8 @@ import pytest
 import websockets
 
 from omnid.audio import wav_bytes
+from omnid.engine.diarization import turns
 from omnid.engine.sortformer.engine import PRESETS
-from omnid.engine.sortformer.segments import turns
 from tests.sortformer_clips import two_voices
 
 NEMO = Path(__file__).parent / "goldens" / "sortformer_tiny" / "tiny.nemo"

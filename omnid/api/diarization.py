@@ -20,10 +20,9 @@ from omnid.api.forms import FormLimits, flag, known_fields, number, read_form, t
 from omnid.api.security import KEY_PARAMETER
 from omnid.api.websocket import CappedWebSocket
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
-from omnid.engine.sortformer.engine import PRESETS, SAMPLES_PER_FRAME, SortformerEngine
-from omnid.engine.sortformer.segments import FRAME_SECONDS, turns
+from omnid.engine.diarization import FRAME_SECONDS, SAMPLES_PER_FRAME, DiarizationEngine, DiarizationStream, Turn, turns
+from omnid.runtime import diarization
 from omnid.runtime.request_rules import Range
-from omnid.runtime.scheduler import EngineRuntime, Priority
 
 log = structlog.get_logger(__name__)
 
@@ -86,7 +85,7 @@ def add_routes(app: web.Application, key: web.AppKey, expect_handler) -> None:
     app.router.add_post("/v1/diarization/segments", segments_handler, expect_handler=expect_handler)
 
 
-def diarizer(services) -> EngineRuntime[SortformerEngine]:
+def diarizer(services) -> diarization.Runtime:
     if services.draining:
         raise shutting_down()
     runtime = services.diarizer
@@ -100,7 +99,7 @@ def diarizer(services) -> EngineRuntime[SortformerEngine]:
 # --- the stream ------------------------------------------------------------------------------------------------
 
 
-def parse_stream_options(query_string: str, engine: SortformerEngine) -> StreamOptions:
+def parse_stream_options(query_string: str, engine: DiarizationEngine) -> StreamOptions:
     """The reference's five options, every one checked before the upgrade; the first bad one is named."""
     values: dict[str, object] = {}
     for part in query_string.split("&") if query_string else []:
@@ -150,7 +149,7 @@ def _integer(name: str, raw: str, low: int, high: int) -> int:
     return value
 
 
-def max_feed_samples(engine: SortformerEngine) -> int:
+def max_feed_samples(engine: DiarizationEngine) -> int:
     """One update period of frames, less a sample (a feed's frames then never exceed it), and at most 30 s."""
     return min(ABSOLUTE_MAX_FEED, engine.streaming.spkcache_update_period * SAMPLES_PER_FRAME - 1)
 
@@ -218,18 +217,16 @@ async def stream_route(request: web.Request, services) -> web.StreamResponse:
     return ws
 
 
-async def _feed(runtime: EngineRuntime[SortformerEngine], state, samples: np.ndarray,
+async def _feed(runtime: diarization.Runtime, state: DiarizationStream, samples: np.ndarray,
                 options: StreamOptions) -> FeedReply:
     before = state.frames_processed
-    probs = await runtime.submit(
-        lambda check: runtime.engine.feed(state, samples, options.spkcache_max, options.fifo_max),
-        Priority.FINAL, audio_s=len(samples) / SAMPLE_RATE)
+    probs = await diarization.feed(runtime, state, samples, options.spkcache_max, options.fifo_max)
     found = turns(probs, options.threshold, options.min_duration, options.merge_gap, before)
     return FeedReply(len(probs), int(probs.shape[1]), probs.tolist(), [_segment(t) for t in found],
                      StreamState(len(state.fifo), len(state.spkcache), state.frames_processed))
 
 
-def _segment(t) -> Segment:
+def _segment(t: Turn) -> Segment:
     return Segment(round(t.start, 6), round(t.end, 6), t.speaker)
 
 
@@ -246,8 +243,9 @@ async def segments_route(request: web.Request, services) -> web.Response:
     min_duration = _or(number(form, "min_duration", SECONDS), 0.0)
     merge_gap = _or(number(form, "merge_gap", SECONDS), 0.18)
     latency = (text(form, "latency", max_chars=32) or config.diarization.file_latency).strip()
-    if latency not in PRESETS:
-        raise invalid("latency", f"latency must be one of {', '.join(PRESETS)}, got {latency[:32]!r}")
+    presets = runtime.engine.presets
+    if latency not in presets:
+        raise invalid("latency", f"latency must be one of {', '.join(presets)}, got {latency[:32]!r}")
     with_probs = flag(form, "include_probabilities") if form.get("include_probabilities") else False
     if form.file is None:
         raise invalid("file", "file is required: a multipart part named 'file' with a filename", "missing_file")
@@ -256,9 +254,7 @@ async def segments_route(request: web.Request, services) -> web.Response:
         audio = await loop.run_in_executor(None, decode_audio, form.file, config.transcription.max_audio_seconds)
     except AudioDecodeError as exc:
         raise invalid("file", f"file: {exc}", "invalid_audio") from exc
-    preset = PRESETS[latency]
-    probs = await runtime.submit(lambda check: runtime.engine.diarize(audio, preset, check), Priority.FILE,
-                                 audio_s=len(audio) / SAMPLE_RATE)
+    probs = await diarization.diarize(runtime, audio, latency)
     found = turns(probs, threshold, min_duration, merge_gap)
     reply = FileReply(round(len(audio) / SAMPLE_RATE, 6), FRAME_SECONDS, int(probs.shape[1]),
                       [_segment(t) for t in found], probs.tolist() if with_probs else None)

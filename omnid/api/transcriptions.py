@@ -16,18 +16,17 @@ from omnid.api.forms import Form, FormLimits, flag, integer, known_fields, numbe
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.echo import shown
 from omnid.engine.interface import Capabilities, TranscriptionEngine
-from omnid.engine.sortformer.engine import PRESETS
 from omnid.engine.transcript import Segment, Transcript
 from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.formats import CONTENT_TYPES, FORMATS, SPEAKER_FORMATS, render
 from omnid.logging import content
 from omnid.realtime.protocol.server_events import ErrorDetail, Usage  # one shape on every route
+from omnid.runtime import diarization, transcription
 from omnid.runtime import request_rules as rules
-from omnid.runtime import transcription
 from omnid.runtime.catalog import NotTranscription, UnknownModel
 from omnid.runtime.errors import JobCancelledError
 from omnid.runtime.models import transcribe_options
-from omnid.runtime.scheduler import EngineRuntime, Priority
+from omnid.runtime.scheduler import EngineRuntime
 from omnid.runtime.speakers import Speakers, assign
 from omnid.vad.filter import speech_spans
 
@@ -219,16 +218,13 @@ async def _submit(req: Request, audio, speech: list[tuple[int, int]] | None, on_
 async def _with_speakers(req: Request, audio, speech, services) -> tuple[Transcript, Speakers]:
     """Transcription and diarization of the same audio, side by side on their own engines, then joined."""
     assert req.diarizer is not None
-    diarizer = req.diarizer
-    preset = PRESETS[services.config.diarization.file_latency]
-    diarization = asyncio.ensure_future(diarizer.submit(lambda check: diarizer.engine.diarize(audio, preset, check),
-                                                        Priority.FILE, audio_s=len(audio) / SAMPLE_RATE))
+    speakers = asyncio.ensure_future(diarization.diarize(req.diarizer, audio, services.config.diarization.file_latency))
     try:
         transcript = await _submit(req, audio, speech, None)
-        probs = await diarization
+        probs = await speakers
     finally:
-        if not diarization.done():
-            diarization.cancel()
+        if not speakers.done():
+            speakers.cancel()
     return transcript, assign(transcript, probs)
 
 

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from omnid.engine.sortformer.segments import FRAME_SECONDS
+from omnid.engine.diarization import FRAME_SECONDS
 from omnid.engine.transcript import Transcript
 
 LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

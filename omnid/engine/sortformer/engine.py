@@ -26,8 +26,7 @@ from omnid.engine.sortformer.state import StreamState, feed_compress, feed_updat
 
 log = structlog.get_logger()
 
-SUBSAMPLING = 8
-SAMPLES_PER_FRAME = 1280  # 80 ms at 16 kHz
+SUBSAMPLING = 8  # feature frames of 10 ms per output frame: the 80 ms of engine/diarization.py's grid
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,10 @@ def with_preset(s: Streaming, p: Preset) -> Streaming:
 
 
 class SortformerEngine:
+    """A DiarizationEngine (engine/diarization.py)."""
+
     kind = "sortformer"
+    presets = PRESETS
 
     def __init__(self, model_id: str, path: Path, pins: dict[str, str] | None = None):
         self.model_id = model_id
