@@ -162,7 +162,7 @@ def test_each_kind_refuses_the_others_checkpoint(tmp_path: Path) -> None:
 
 
 def test_a_chunk_becomes_segments_at_sentence_ends_and_before_the_longest() -> None:
-    from omnid.engine.qwen3_aligner.aligned import AlignedUnit, timed_segments
+    from omnid.engine.alignment import AlignedUnit, timed_segments
     from omnid.engine.transcript import Segment
 
     text = "Hello there. How are you? Fine"

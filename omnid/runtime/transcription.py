@@ -12,6 +12,7 @@ from typing import cast
 import numpy as np
 
 from omnid.audio import SAMPLE_RATE
+from omnid.engine.alignment import AlignerEngine, timed_segments
 from omnid.engine.interface import (
     BatchingEngine,
     Capabilities,
@@ -23,7 +24,6 @@ from omnid.engine.interface import (
     TranscriptionEngine,
 )
 from omnid.engine.languages import LANGUAGES
-from omnid.engine.qwen3_aligner.aligned import timed_segments
 from omnid.engine.transcript import Segment, Transcript
 from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.runtime.scheduler import EngineRuntime, Priority
@@ -57,7 +57,7 @@ async def transcribe(runtime: Runtime, audio: np.ndarray, opts: TranscribeOption
 async def _aligned(runtime: Runtime, transcript: Transcript, audio: np.ndarray, priority: Priority) -> Transcript:
     aligner = runtime.aligner
     assert aligner is not None
-    engine = aligner.engine
+    engine: AlignerEngine = aligner.engine
     segments: list[Segment] = []
     for seg in transcript.segments:
         first, last = round(seg.start * SAMPLE_RATE), round(seg.end * SAMPLE_RATE)

@@ -21,8 +21,9 @@ import numpy as np
 import structlog
 
 from omnid.audio import SAMPLE_RATE
+from omnid.engine.alignment import AlignedUnit
 from omnid.engine.errors import CheckpointError
-from omnid.engine.qwen3_aligner.aligned import LIMIT_S, AlignedUnit
+from omnid.engine.qwen3_aligner.aligned import LIMIT_S
 from omnid.engine.qwen3_aligner.timestamps import seconds
 from omnid.engine.qwen3_aligner.words import Unit, units
 from omnid.engine.qwen3_asr.batch import PREFILL_BLOCK
@@ -34,13 +35,15 @@ Check = Callable[[], None]
 
 
 class Qwen3AlignerEngine:
+    """An AlignerEngine (engine/alignment.py)."""
+
     kind = "qwen3_forced_aligner"
 
     def __init__(self, model_id: str, folder: Path, pins: Mapping[str, str] | None = None,
                  cpu_decoder: bool | None = None, segment_max_s: float = 10.0):
         started = time.perf_counter()
         self.model_id = model_id
-        self.segment_max_s = segment_max_s  # timed segments are cut before they pass this (aligned.timed_segments)
+        self.segment_max_s = segment_max_s  # timed segments are cut before they pass this (alignment.timed_segments)
         self.folder = Path(folder)
         net = load_network(self.folder, pins)
         if net.checkpoint.timestamps is None:
