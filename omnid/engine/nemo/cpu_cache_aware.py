@@ -12,7 +12,6 @@ arrays, not copies.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import mlx.nn as nn
 import numpy as np
@@ -20,9 +19,6 @@ import numpy as np
 from omnid.engine.cpu_math import silu_rows
 from omnid.engine.nemo.cpu_fastconformer import attention_weights, relative_keys, relative_sinusoids, relative_table
 from omnid.engine.numpy_layers import Linear, Norm, as_numpy, by_columns
-
-if TYPE_CHECKING:
-    from omnid.engine.nemo.fastconformer import ConformerLayer
 
 # A layer keeps the relative keys of this many keys (more if a chunk has more): a chunk of n keys takes the middle
 # 2n - 1 rows, the same numbers as a table of its own. One table per layer, whatever the chunk sizes: a table per
@@ -39,9 +35,10 @@ def _project(x: np.ndarray, *linears: Linear) -> list[np.ndarray]:
 
 
 class CpuStreamingLayer:
-    """One cache-aware Conformer layer over the chunks of B streams (t frames each) with their caches."""
+    """One cache-aware Conformer layer over the chunks of B streams (t frames each) with their caches. (``layer``
+    is a fastconformer.ConformerLayer, typed by its base, nn.Module: fastconformer.py imports this module and is not imported back.)"""
 
-    def __init__(self, layer: ConformerLayer):
+    def __init__(self, layer: nn.Module):
         self.norm_ff1, self.norm_att, self.norm_conv, self.norm_ff2, self.norm_out = (Norm.of(n) for n in (
             layer.norm_feed_forward1, layer.norm_self_att, layer.norm_conv, layer.norm_feed_forward2, layer.norm_out))
         self.ff1 = (Linear.of(layer.feed_forward1.linear1), Linear.of(layer.feed_forward1.linear2))

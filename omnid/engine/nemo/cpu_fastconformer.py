@@ -13,7 +13,6 @@ fastconformer.py keeps its MLX layers for Metal and for batches of more than one
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -21,9 +20,6 @@ import numpy as np
 
 from omnid.engine.cpu_math import glu_depthwise_silu, relative_attention_np, silu_rows
 from omnid.engine.numpy_layers import Linear, Norm, as_numpy, blocks, scratch
-
-if TYPE_CHECKING:
-    from omnid.engine.nemo.fastconformer import ConformerLayer, RelPositionAttention
 
 
 class FeedForward:
@@ -44,9 +40,10 @@ class FeedForward:
 
 
 class CpuConformerLayer:
-    """model.ConformerLayer on numpy arrays: updates the (T, d_model) residual stream in place."""
+    """fastconformer.ConformerLayer on numpy arrays: updates the (T, d_model) residual stream in place. (``layer``
+    is one, typed by its base, nn.Module: fastconformer.py imports this module and is not imported back.)"""
 
-    def __init__(self, layer: ConformerLayer):
+    def __init__(self, layer: nn.Module):
         self.ff1 = FeedForward(layer.norm_feed_forward1, layer.feed_forward1.linear1, layer.feed_forward1.linear2)
         self.ff2 = FeedForward(layer.norm_feed_forward2, layer.feed_forward2.linear1, layer.feed_forward2.linear2)
         self.norm_att, self.norm_conv, self.norm_out = (
@@ -103,9 +100,9 @@ class CpuConformerLayer:
         blocks(pointwise2_feed_forward2_and_norm, t)
 
 
-def attention_weights(att: RelPositionAttention) -> tuple[int, Linear, Linear, Linear, Linear, Linear, np.ndarray,
-                                                        np.ndarray]:
-    """A relative-position attention's heads, q, k, v, o and position projections, and its two biases."""
+def attention_weights(att: nn.Module) -> tuple[int, Linear, Linear, Linear, Linear, Linear, np.ndarray, np.ndarray]:
+    """A relative-position attention's (fastconformer.RelPositionAttention) heads, q, k, v, o and position
+    projections, and its two biases."""
     relative_k = Linear.of(att.relative_k_proj)
     assert relative_k.bias is None  # NeMo's linear_pos has none; relative_keys relies on it
     q, k, v, o = (Linear.of(p) for p in (att.q_proj, att.k_proj, att.v_proj, att.o_proj))

@@ -7,21 +7,19 @@ and for batches of more than one sequence.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
+import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import head_attention_np
 from omnid.engine.numpy_layers import Linear, Norm, blocks, scratch
 
-if TYPE_CHECKING:
-    from omnid.engine.sortformer.model import TransformerLayer
-
 
 class CpuTransformerLayer:
-    """model.TransformerLayer (post-LN) on numpy arrays: updates the (T, d_model) stream in place."""
+    """model.TransformerLayer (post-LN) on numpy arrays: updates the (T, d_model) stream in place. (``layer`` is
+    one, typed by its base, nn.Module: model.py imports this module and is not imported back.)"""
 
-    def __init__(self, layer: TransformerLayer):
+    def __init__(self, layer: nn.Module):
         att = layer.self_attn
         self.heads = att.heads
         self.q, self.k, self.v, self.o = (Linear.of(p) for p in (att.q_proj, att.k_proj, att.v_proj, att.out_proj))

@@ -17,17 +17,24 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import gelu_rows, numpy_blas_single_threaded
 from omnid.engine.numpy_layers import Linear, Norm, as_numpy
 
-if TYPE_CHECKING:
-    from omnid.engine.whisper.decoding import Decoding
-    from omnid.engine.whisper.model import KVCache, TextDecoder
+# What this module reads of model.py's and decoding.py's objects, said here: model.py imports this module (its
+# TextDecoder's cpu_step), so neither is imported back.
+KVCache = tuple[mx.array, mx.array]  # model.KVCache: a layer's keys and values
+
+
+class Sequence(Protocol):
+    """A decoding.Decoding as a step sees it: the tokens it has so far."""
+
+    sampled: list[int]
 
 
 @dataclass(frozen=True)
@@ -58,9 +65,10 @@ class Row:
 
 
 class CpuTextDecoder:
-    """A TextDecoder's step in numpy (see the module docstring); weights are views of the MLX arrays."""
+    """A TextDecoder's step in numpy (see the module docstring); weights are views of the MLX arrays. (``decoder``
+    is a model.TextDecoder, typed by its base.)"""
 
-    def __init__(self, decoder: TextDecoder):
+    def __init__(self, decoder: nn.Module):
         first = decoder.blocks[0].attn
         self.n_head = first.n_head
         self.head_dim = first.query.weight.shape[0] // first.n_head
@@ -142,13 +150,13 @@ class CpuDecodeBatch:
     def __init__(self, decoder: CpuTextDecoder):
         self.decoder = decoder
         self.keys: list[Any] = []
-        self.sequences: list[Decoding] = []
+        self.sequences: list[Sequence] = []
         self.rows: list[Row] = []
 
     def __len__(self) -> int:
         return len(self.keys)
 
-    def join(self, key: Any, sequence: Decoding, state: tuple[list[KVCache], list]) -> None:
+    def join(self, key: Any, sequence: Sequence, state: tuple[list[KVCache], list]) -> None:
         self_kv, cross = state
         self.keys.append(key)
         self.sequences.append(sequence)
