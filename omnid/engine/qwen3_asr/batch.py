@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import mlx.core as mx
 import numpy as np
@@ -20,9 +20,7 @@ import numpy as np
 from omnid.engine.programs import Key, ProgramBatch
 from omnid.engine.qwen3_asr.cpu_decoder import NumpyDecoder
 from omnid.engine.qwen3_asr.model import Qwen3ASR
-
-if TYPE_CHECKING:
-    from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine
+from omnid.engine.qwen3_asr.tokenizer import QwenTokenizer
 
 PREFILL_BLOCK = 1024  # prompt positions per MLX prefill step: scores are (block x prompt) per head, not (prompt^2)
 
@@ -47,6 +45,27 @@ class Generate:
 Program = Generator[Encode | Generate, Any, Any]
 
 
+class Engine(Protocol):
+    """What a batch reads of its engine (engine.py's Qwen3AsrEngine, which imports this module: said here, not
+    imported back)."""
+
+    @property
+    def model(self) -> Qwen3ASR: ...
+
+    @property
+    def tokenizer(self) -> QwenTokenizer: ...
+
+    @property
+    def cpu_decoder(self) -> NumpyDecoder | None:
+        """The numpy decoder on MLX's CPU device; None where the MLX model decodes."""
+
+    def encode(self, audio: np.ndarray, check: Callable[[], None]) -> mx.array:
+        """A chunk's audio embeddings (audio tokens, output_dim)."""
+
+    def stopped(self, tokens: list[int], loop_guard: bool) -> tuple[list[int], str] | None:
+        """The tokens kept and why the decode ends ("stop", "loop"), or None while it goes on."""
+
+
 @dataclass(frozen=True)
 class Generation:
     tokens: list[int]
@@ -58,7 +77,7 @@ class Greedy:
     """One sequence: the greedy choice at each step, its log-probability, and the engine's stopping rules (an end
     token, a token loop, the budget)."""
 
-    def __init__(self, engine: Qwen3AsrEngine, budget: int, loop_guard: bool):
+    def __init__(self, engine: Engine, budget: int, loop_guard: bool):
         self.engine = engine
         self.budget = budget
         self.loop_guard = loop_guard
@@ -132,7 +151,7 @@ class MlxLane(_Lane):
 
 
 class QwenBatch(ProgramBatch):
-    def __init__(self, engine: Qwen3AsrEngine, lane: Callable[[Key], Any] | None = None):
+    def __init__(self, engine: Engine, lane: Callable[[Key], Any] | None = None):
         super().__init__(lane)
         self.engine = engine
 
