@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from omnid.audio import wav_bytes
-from tests.helpers import openai_manual_turn, post_transcription, voxt_manual_turn, voxt_segments
+from tests.helpers import CORPUS, openai_manual_turn, post_transcription, voxt_manual_turn, voxt_segments
 from tests.server import ServerThread
 from tests.test_cli import omnid
 from tests.test_parakeet import GOLDENS, audio, meta
@@ -168,7 +168,7 @@ def test_a_bad_parakeet_section_fails_when_the_config_loads(section):
 def test_eval_scores_parakeet_on_nemos_texts(tmp_path):
     """omnid eval with a Parakeet checkpoint: the WER table for it, each clip's hypothesis NeMo's text."""
     clips = {"ljspeech_LJ001-0001": "ljspeech", "librispeech_1089-134686-0000": "librispeech", "an4_an104-mrcb-b": "short"}
-    out = omnid("eval", "--model", str(GOLDENS / "tdt.nemo"), "--language", "en", "--ids", *clips,
+    out = omnid("eval", "--model", str(GOLDENS / "tdt.nemo"), "--manifest", str(CORPUS), "--language", "en", "--ids", *clips,
                 "--write", str(tmp_path / "golden.json"))
     assert out.returncode == 0, out.stderr
     assert "WER %" in out.stdout and "omnid tdt" in out.stdout and "3 clips" in out.stdout
