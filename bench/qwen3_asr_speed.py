@@ -117,7 +117,7 @@ def write_tokenizer(folder: Path) -> None:
 
 
 def dims():
-    from omnid.engine.qwen3_asr.checkpoint import AudioDims, TextDims
+    from omnid.engine.qwen3.checkpoint import AudioDims, TextDims
 
     a, t = AUDIO, TEXT
     audio = AudioDims(n_mels=a["num_mel_bins"], d_model=a["d_model"], layers=a["encoder_layers"],
@@ -135,7 +135,7 @@ def write_weights(folder: Path, seed: int) -> int:
     N(0, 1/fan_in), norms 1 + N(0, 0.05^2), biases N(0, 0.02^2). Returns the parameter count (without lm_head)."""
     import mlx.core as mx
 
-    from omnid.engine.qwen3_asr.checkpoint import expected_shapes
+    from omnid.engine.qwen3.checkpoint import expected_shapes
 
     mx.random.seed(seed)
     weights: dict[str, mx.array] = {}
@@ -479,9 +479,9 @@ def main() -> None:
         print(build_checkpoint(folder, args.seed), flush=True)
         import numpy as np
 
-        from omnid.engine.qwen3_asr.model import audio_token_count
+        from omnid.engine.qwen3.model import audio_token_count
+        from omnid.engine.qwen3.tokenizer import QwenTokenizer
         from omnid.engine.qwen3_asr.prompt import prompt_ids
-        from omnid.engine.qwen3_asr.tokenizer import QwenTokenizer
 
         tok = QwenTokenizer.from_folder(folder)
         verdicts = []

@@ -17,12 +17,13 @@ import pytest
 
 from omnid.audio import SAMPLE_RATE, decode_audio
 from omnid.engine.errors import CheckpointError, EngineError
-from omnid.engine.qwen3_aligner.aligned import LIMIT_S, MAX_SECONDS, SPLIT_SEARCH_S
+from omnid.engine.qwen3.aligner_limits import LIMIT_S, MAX_SECONDS, SPLIT_SEARCH_S
+from omnid.engine.qwen3.features import features_mel, normalized
+from omnid.engine.qwen3.model import audio_token_count
 from omnid.engine.qwen3_aligner.engine import Qwen3AlignerEngine
 from omnid.engine.qwen3_aligner.timestamps import monotonic, seconds
 from omnid.engine.qwen3_aligner.words import units
-from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, features_mel, normalized
-from omnid.engine.qwen3_asr.model import audio_token_count
+from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine
 from omnid.engine.qwen3_asr.split import split_long_audio
 from tests.helpers import CORPUS, manifest
 from tests.qwen_goldens import TINY

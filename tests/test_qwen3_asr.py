@@ -13,8 +13,8 @@ import pytest
 
 from omnid.engine.cpu_math import gelu
 from omnid.engine.interface import Hypothesis
+from omnid.engine.qwen3.model import EncoderLayer, audio_token_count, sinusoids
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
-from omnid.engine.qwen3_asr.model import EncoderLayer, audio_token_count, sinusoids
 from omnid.engine.qwen3_asr.split import split_long_audio
 from omnid.engine.whisper.engine import TranscribeOptions
 from tests.qwen_goldens import LANGUAGE_CODES, TINY, arrays, clear_prefix, clip, meta
@@ -198,8 +198,8 @@ def test_streaming_recipe_gives_the_official_ids_step_by_step(engine: Qwen3AsrEn
 
 
 def test_a_long_prompt_is_prefilled_in_blocks_with_the_same_result(engine: Qwen3AsrEngine, monkeypatch) -> None:
+    import omnid.engine.qwen3.cpu_decoder as cpu_decoder
     import omnid.engine.qwen3_asr.batch as qwen_batch
-    import omnid.engine.qwen3_asr.cpu_decoder as cpu_decoder
 
     c = meta()["cases"]["long_auto"]
     features = engine.encode(clip(c["clip"]))

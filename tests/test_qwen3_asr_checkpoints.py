@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from omnid.engine.errors import CheckpointError
-from omnid.engine.qwen3_asr.checkpoint import is_qwen3_asr, load_checkpoint
+from omnid.engine.qwen3.checkpoint import is_qwen3_asr, load_checkpoint
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
 from tests.qwen_goldens import (
     TINY,

@@ -12,8 +12,8 @@ import pytest
 import tiktoken
 
 from omnid.engine.errors import CheckpointError
+from omnid.engine.qwen3.tokenizer import SPLIT, QwenTokenizer
 from omnid.engine.qwen3_asr.prompt import Answer, header, parse, prompt_ids
-from omnid.engine.qwen3_asr.tokenizer import SPLIT, QwenTokenizer
 from tests.helpers import manifest
 from tests.qwen_goldens import TINY
 from tests.qwen_vocab import KNOWN, ranks, write_real_tokenizer

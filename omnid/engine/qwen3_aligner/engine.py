@@ -1,11 +1,11 @@
 """Qwen3-ForcedAligner: times the units of a transcript in its audio, as the official package does (qwen-asr 0.0.6,
 ``Qwen3ForcedAligner.align``).
 
-The network is Qwen3-ASR's (engine/qwen3_asr: the same loader, encoder and decoder) with a head of time classes.
+The network is Qwen3-ASR's (engine/qwen3/: the same loader, encoder and decoder) with a head of time classes.
 Its input is the audio's slots, then each unit of the transcript (words.py) followed by two ``<timestamp>`` tokens
 (its start and its end), with no chat template; one causal pass, and the class predicted at each ``<timestamp>``
-is its time (timestamps.py). Audio is aligned at most ``LIMIT_S`` at a time (aligned.py): a Qwen3-ASR transcript timed by
-the aligner is cut into chunks no longer than that (as the official timed transcription cuts it).
+is its time (timestamps.py). Audio is aligned at most ``LIMIT_S`` at a time (qwen3/aligner_limits.py): a Qwen3-ASR
+transcript timed by the aligner is cut into chunks no longer than that (as the official timed transcription cuts it).
 
 Synchronous and thread-confined, like every engine: only its runtime's worker thread calls ``align``.
 """
@@ -23,12 +23,12 @@ import structlog
 from omnid.audio import SAMPLE_RATE
 from omnid.engine.alignment import AlignedUnit
 from omnid.engine.errors import CheckpointError
-from omnid.engine.qwen3_aligner.aligned import LIMIT_S
+from omnid.engine.qwen3.aligner_limits import LIMIT_S
+from omnid.engine.qwen3.features import features_mel, normalized
+from omnid.engine.qwen3.model import audio_token_count
+from omnid.engine.qwen3.network import PREFILL_BLOCK, load_network, numpy_decoder
 from omnid.engine.qwen3_aligner.timestamps import seconds
 from omnid.engine.qwen3_aligner.words import Unit, units
-from omnid.engine.qwen3_asr.batch import PREFILL_BLOCK
-from omnid.engine.qwen3_asr.engine import features_mel, load_network, normalized, numpy_decoder
-from omnid.engine.qwen3_asr.model import audio_token_count
 
 log = structlog.get_logger(__name__)
 Check = Callable[[], None]

@@ -18,11 +18,10 @@ import mlx.core as mx
 import numpy as np
 
 from omnid.engine.programs import Key, ProgramBatch
-from omnid.engine.qwen3_asr.cpu_decoder import NumpyDecoder
-from omnid.engine.qwen3_asr.model import Qwen3ASR
-from omnid.engine.qwen3_asr.tokenizer import QwenTokenizer
-
-PREFILL_BLOCK = 1024  # prompt positions per MLX prefill step: scores are (block x prompt) per head, not (prompt^2)
+from omnid.engine.qwen3.cpu_decoder import NumpyDecoder
+from omnid.engine.qwen3.model import Qwen3ASR
+from omnid.engine.qwen3.network import PREFILL_BLOCK
+from omnid.engine.qwen3.tokenizer import QwenTokenizer
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,25 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 import structlog
 
 from omnid.audio import SAMPLE_RATE
-from omnid.engine import pins as pinning
 from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import Capabilities, Hypothesis
-from omnid.engine.logmel import HOP_LENGTH, N_FFT, log_mel_spectrogram
+from omnid.engine.logmel import HOP_LENGTH
 from omnid.engine.programs import run_alone
-from omnid.engine.qwen3_aligner.aligned import MAX_SECONDS as ALIGNER_CHUNK_S
-from omnid.engine.qwen3_aligner.aligned import SPLIT_SEARCH_S as ALIGNER_SEARCH_S
+from omnid.engine.qwen3.aligner_limits import MAX_SECONDS as ALIGNER_CHUNK_S
+from omnid.engine.qwen3.aligner_limits import SPLIT_SEARCH_S as ALIGNER_SEARCH_S
+from omnid.engine.qwen3.features import features_mel, normalized
+from omnid.engine.qwen3.network import load_network, numpy_decoder
 from omnid.engine.qwen3_asr.batch import Encode, Generate, Generation, Program, QwenBatch
-from omnid.engine.qwen3_asr.checkpoint import Checkpoint, load_checkpoint
-from omnid.engine.qwen3_asr.cpu_decoder import NumpyDecoder
-from omnid.engine.qwen3_asr.model import Qwen3ASR
 from omnid.engine.qwen3_asr.prompt import CODES, NAMES, parse, prompt_ids
 from omnid.engine.qwen3_asr.split import split_long_audio
-from omnid.engine.qwen3_asr.tokenizer import QwenTokenizer, tokenizer_files
 from omnid.engine.spacing import join_segments
 from omnid.engine.transcript import Segment, Transcript
 from omnid.engine.whisper.engine import TranscribeOptions
@@ -55,45 +51,6 @@ class QwenOptions:
     stream_unfixed_decodes: int = 2  # live previews: the first decodes of a segment have no forced prefix,
     stream_rollback_tokens: int = 5  # then the previous decode minus its last tokens is forced
     preview_max_new_tokens: int = 32
-
-
-@dataclass(frozen=True)
-class Network:
-    """A loaded Qwen3-ASR network (a transcription model's or a forced aligner's) and its tokenizer."""
-
-    checkpoint: Checkpoint
-    model: Qwen3ASR
-    tokenizer: QwenTokenizer
-    pin_report: dict[str, str]
-
-
-def load_network(folder: Path, pins: Mapping[str, str] | None) -> Network:
-    """The checkpoint, checked against its pins and its tokenizer, built into the MLX model."""
-    ckpt = load_checkpoint(folder)
-    pin_report = pinning.verify(list(ckpt.files) + tokenizer_files(folder), pins or {})
-    tokenizer = QwenTokenizer.from_folder(folder)
-    ids = tokenizer.ids
-    if (ckpt.ids.audio_pad, ckpt.ids.audio_start) != (ids.audio_pad, ids.audio_start) or (
-            ckpt.ids.audio_end not in (None, ids.audio_end)):
-        raise CheckpointError(f"{folder / 'config.json'}: audio token ids {ckpt.ids} differ from the tokenizer's")
-    if tokenizer.size > ckpt.text.vocab_size:
-        raise CheckpointError(f"{folder / 'tokenizer_config.json'}: {tokenizer.size} tokens for an embedding of "
-                              f"{ckpt.text.vocab_size} rows")
-    model = Qwen3ASR(ckpt.audio, ckpt.text)
-    # Exactly the modules the checkpoint packed, each at its own width (mixed-precision checkpoints exist).
-    nn.quantize(model, class_predicate=lambda path, _module: (
-        {"group_size": q.group_size, "bits": q.bits} if (q := ckpt.quantized.get(path)) else False))
-    model.load_weights(list(ckpt.weights.items()), strict=True)
-    mx.eval(model.parameters())
-    return Network(ckpt, model, tokenizer, pin_report)
-
-
-def numpy_decoder(net: Network, wanted: bool | None) -> NumpyDecoder | None:
-    """The decoder in numpy on the CPU backend (see cpu_decoder.py: twice as fast there); None for MLX's, on Metal
-    and for quantized decoders, which numpy cannot multiply. ``wanted``: forced on or off (tests)."""
-    if wanted is None:
-        wanted = mx.default_device() == mx.cpu and not net.checkpoint.quantized
-    return NumpyDecoder(net.model, net.checkpoint.text) if wanted else None
 
 
 class Qwen3AsrEngine:
@@ -344,21 +301,6 @@ def _transcript(segments: list[Segment], opts: TranscribeOptions, duration: floa
     return Transcript(text=join_segments([s.text for s in segments]), segments=segments,
                       language=opts.language or (detected[0] if detected else ""), duration=duration,
                       generated_tokens=generated, finish_reason=finish)
-
-
-def features_mel(audio: np.ndarray, n_mels: int) -> mx.array:
-    """(frames, n_mels) log-mel as Hugging Face's WhisperFeatureExtractor computes it: N // 160 frames."""
-    audio = np.asarray(audio, dtype=np.float32)
-    if audio.size < N_FFT:  # the reflect padding needs at least this much
-        audio = np.concatenate([audio, np.zeros(N_FFT - audio.size, np.float32)])
-    return log_mel_spectrogram(audio, n_mels, tail=0)
-
-
-def normalized(audio: np.ndarray) -> np.ndarray:
-    """Float samples as the official loader leaves them: divided by the peak when it is over 1."""
-    audio = np.asarray(audio, dtype=np.float32)
-    peak = float(np.abs(audio).max()) if audio.size else 0.0
-    return audio / peak if peak > 1.0 else audio
 
 
 def _compression_ratio(text: str) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omnid.engine.qwen3_asr.tokenizer import QwenTokenizer
+from omnid.engine.qwen3.tokenizer import QwenTokenizer
 
 # The languages Qwen3-ASR names, by ISO code (the names are what the model writes and reads).
 NAMES: dict[str, str] = {

@@ -1,4 +1,5 @@
-"""How much audio Qwen3-ForcedAligner takes at a time (what a Qwen3-ASR transcript it times is cut to)."""
+"""How much audio Qwen3-ForcedAligner takes at a time: what the aligner refuses beyond, and what a Qwen3-ASR
+transcript it will time is cut to (as the official timed transcription cuts it)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Qwen3-ForcedAligner checkpoints are the same network with another head: ``thinke
 forced aligner, ``classify_num`` gives its time classes (``lm_head`` is (classes, hidden), never tied), and the
 top-level ``timestamp_token_id`` and ``timestamp_segment_time`` (ms a class) say how its answer is read.
 
-Every layout is renamed onto :mod:`omnid.engine.qwen3_asr.model`'s names (``audio.*``, ``text.*``), checked tensor by
+Every layout is renamed onto :mod:`omnid.engine.qwen3.model`'s names (``audio.*``, ``text.*``), checked tensor by
 tensor against the shapes the config implies (file and tensor named), and unquantized tensors widened to float32.
 """
 

@@ -21,8 +21,8 @@ import mlx.core as mx
 import numpy as np
 
 from omnid.engine.cpu_math import CPU_THREADS, by_rows, by_share
-from omnid.engine.qwen3_asr.checkpoint import TextDims
-from omnid.engine.qwen3_asr.model import Qwen3ASR
+from omnid.engine.qwen3.checkpoint import TextDims
+from omnid.engine.qwen3.model import Qwen3ASR
 
 # Prompt positions per prefill step: its products' activations are BLOCK x 3072 floats (12 MB at the 0.6B size);
 # OpenBLAS ran a 0.6B prefill's products over 811 rows in blocks of 256 at a fraction of its speed over all of them.

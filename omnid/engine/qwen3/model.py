@@ -23,7 +23,7 @@ import numpy as np
 from omnid.engine.cpu_encoder import CpuEncoderLayer
 from omnid.engine.cpu_math import attention, conv2d_stride2_gelu, gelu
 from omnid.engine.numpy_layers import as_numpy, through_layers
-from omnid.engine.qwen3_asr.checkpoint import AudioDims, TextDims
+from omnid.engine.qwen3.checkpoint import AudioDims, TextDims
 
 Check = Callable[[], None]
 TOKENS_PER_CHUNK = 13  # a full 100-frame chunk after three stride-2 convs
