@@ -167,14 +167,14 @@ class Connection:
                 return
             if await session.commit():
                 text = await session.drain()
-                said = voxt.sentences(tuple(session.sentences)) if session.cache_aware else None
+                said = voxt.sentences(session.completed_sentences())
                 self.out.send(ev.TranscriptionCompleted(text=text, segments=said))
                 self.finished = True
 
     async def _update(self, e: ce.SessionUpdate | ce.TranscriptionSessionUpdate) -> None:
         session = self.session
         assert session is not None
-        if session.audio_started and session.cache_aware:
+        if session.settings_fixed:
             # A stream's settings are fixed by its first audio (the reference's contract).
             self.error("session_started", "Settings apply before the first audio.", event_id=e.event_id)
             return
