@@ -28,8 +28,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from omnid.engine.nemo.mlx_folder import save_folder  # noqa: E402
 from omnid.engine.nemotron.convert import to_mlx_folder  # noqa: E402
-from omnid.engine.parakeet.convert import save_folder  # noqa: E402
 
 TINY = ROOT / "tests" / "goldens" / "nemotron_tiny" / "nemotron.nemo"
 D, LAYERS, HEADS, CHANNELS, PRED, VOCAB, PROMPTS = 1024, 24, 8, 256, 640, 13087, 128

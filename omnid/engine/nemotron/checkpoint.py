@@ -19,13 +19,13 @@ from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
 from omnid.engine.nemo import archive
 from omnid.engine.nemo.features import FrontEnd
+from omnid.engine.nemo.mlx_folder import mlx_folder_weights
 from omnid.engine.nemo.tokenizer import Vocabulary
-from omnid.engine.parakeet.checkpoint import (
+from omnid.engine.nemo.transducer_checkpoint import (
     DEFAULT_MAX_SYMBOLS,
     Dims,
     check_vocabulary,
     expected_shapes,
-    mlx_folder_weights,
     model_config,
     nemo_config,
     nemo_file,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omnid.engine.nemo.mlx_folder import mlx_tensors, save_folder
 from omnid.engine.nemotron.checkpoint import Streaming, read_nemo
-from omnid.engine.parakeet.convert import mlx_tensors, save_folder
 
 
 def to_mlx_folder(path: Path, out: Path) -> Path:

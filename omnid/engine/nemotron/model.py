@@ -12,8 +12,8 @@ import numpy as np
 from omnid.engine.nemo.cache_aware import EncoderCache, stream_step
 from omnid.engine.nemo.fastconformer import FastConformer
 from omnid.engine.nemo.features import log_mel
+from omnid.engine.nemo.transducer_checkpoint import transducer
 from omnid.engine.nemotron.checkpoint import Checkpoint
-from omnid.engine.parakeet.model import transducer
 
 
 class Prompt(nn.Module):

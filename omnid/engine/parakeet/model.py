@@ -10,8 +10,8 @@ import numpy as np
 
 from omnid.engine.nemo.fastconformer import FastConformer
 from omnid.engine.nemo.features import log_mel
-from omnid.engine.nemo.transducer import Ctc, Joint, LstmLayer, PredictionNetwork, Token, Transducer
-from omnid.engine.parakeet.checkpoint import Checkpoint, Dims
+from omnid.engine.nemo.transducer import Ctc, Token
+from omnid.engine.nemo.transducer_checkpoint import Checkpoint, transducer
 
 FRAME_SECONDS = 0.08  # an encoder frame: 8 mel hops of 10 ms
 
@@ -48,15 +48,3 @@ class Parakeet:
         if self.transducer is None:
             raise ValueError("this checkpoint has no transducer")
         return self.transducer.greedy(encoded)
-
-
-def transducer(w: dict, d: Dims) -> Transducer:
-    """The prediction network and joint, their tensors popped from the weights."""
-    rnn = "decoder.prediction.dec_rnn.lstm"
-    prediction = PredictionNetwork(
-        w.pop("decoder.prediction.embed.weight"),
-        tuple(LstmLayer(w.pop(f"{rnn}.weight_ih_l{i}"), w.pop(f"{rnn}.weight_hh_l{i}"), w.pop(f"{rnn}.bias_ih_l{i}"),
-                        w.pop(f"{rnn}.bias_hh_l{i}")) for i in range(d.pred_layers)))
-    joint = Joint(w.pop("joint.enc.weight"), w.pop("joint.enc.bias"), w.pop("joint.pred.weight"),
-                  w.pop("joint.pred.bias"), w.pop("joint.joint_net.2.weight"), w.pop("joint.joint_net.2.bias"))
-    return Transducer(prediction, joint, d.vocabulary, d.durations, d.max_symbols)

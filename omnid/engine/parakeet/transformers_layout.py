@@ -11,6 +11,7 @@ normalisation, a symmetric Hann window, pre-emphasis), so one checkpoint gives t
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -23,17 +24,18 @@ from omnid.engine.json_file import read_json_object
 from omnid.engine.nemo.fastconformer import ConformerDims
 from omnid.engine.nemo.features import FrontEnd
 from omnid.engine.nemo.tokenizer import Vocabulary
-from omnid.engine.parakeet.checkpoint import (
+from omnid.engine.nemo.transducer_checkpoint import (
     DEFAULT_MAX_SYMBOLS,
     Checkpoint,
     Dims,
     check_vocabulary,
     expected_shapes,
     package_tensor,
-    transformers_architecture,
 )
 from omnid.engine.tensor_file import check_shapes, read_tensors
 
+# The transformers classes of Parakeet (a config.json's "architectures"), each a layout this module reads.
+TRANSFORMERS = ("ParakeetForTDT", "ParakeetForRNNT", "ParakeetForCTC")
 # transformers -> NeMo, applied in order (the inverse of transformers' converter)
 _RENAMES = (
     (re.compile(r"^encoder\.subsampling\.layers\."), "encoder.pre_encode.conv."),
@@ -59,6 +61,18 @@ def nemo_name(name: str) -> str:
     for pattern, replacement in _RENAMES:
         name = pattern.sub(replacement, name)
     return name
+
+
+def transformers_architecture(path: Path) -> str | None:
+    """The transformers Parakeet class a folder's config.json names (the layout the reference's Python server
+    reads), or None."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    names = config.get("architectures") if isinstance(config, dict) else None
+    found = [n for n in names if n in TRANSFORMERS] if isinstance(names, list) else []
+    return found[0] if found else None
 
 
 def load(folder: Path) -> Checkpoint:

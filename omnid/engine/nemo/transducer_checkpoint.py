@@ -1,0 +1,210 @@
+"""What a NeMo transducer checkpoint is, whatever the model (Parakeet's; Nemotron's, with a cache-aware encoder and
+a language prompt) and whatever its layout: its sizes, read from its config with every switch omnid does not compute
+refused; the tensors those sizes imply; its weights under omnid's names in MLX layouts, and the prediction network
+and joint built from them; the ``.nemo`` a path names. Both kinds' folders read their checkpoints through it
+(neither imports the other).
+"""
+
+from __future__ import annotations
+
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from omnid.engine.errors import CheckpointError
+from omnid.engine.nemo import archive
+from omnid.engine.nemo.fastconformer import ConformerDims, encoder_name, encoder_shapes, mlx_layout
+from omnid.engine.nemo.features import FrontEnd, check_buffers
+from omnid.engine.nemo.tokenizer import Vocabulary
+from omnid.engine.nemo.transducer import Joint, LstmLayer, PredictionNetwork, Transducer
+
+# NeMo's default when a config's greedy section names no limit (GreedyBatchedRNNTInferConfig.max_symbols_per_step).
+DEFAULT_MAX_SYMBOLS = 10
+
+
+@dataclass(frozen=True)
+class Dims:
+    conformer: ConformerDims
+    vocabulary: int  # pieces; the blank's id
+    pred_hidden: int
+    pred_layers: int
+    joint_hidden: int
+    durations: tuple[int, ...]  # empty for RNN-T
+    max_symbols: int
+    ctc: bool  # a CTC head is there (a hybrid's, or a CTC model's only head)
+    transducer: bool = True  # a prediction network and joint (not in a CTC model)
+
+
+@dataclass
+class Checkpoint:
+    """A transducer checkpoint as loaded from any of its layouts (Parakeet's: Nemotron's carries its streaming
+    settings too, and is its own)."""
+
+    path: Path
+    layout: str  # "nemo", "mlx" or "transformers"
+    front: FrontEnd
+    dims: Dims
+    vocabulary: Vocabulary
+    weights: dict[str, Any]  # float32, this package's names, MLX layouts
+    files: list[Path] = field(default_factory=list)
+
+
+def expected_shapes(d: Dims) -> dict[str, tuple[int, ...]]:
+    m, p, j, v = d.conformer.d_model, d.pred_hidden, d.joint_hidden, d.vocabulary
+    shapes = encoder_shapes(d.conformer, "encoder")
+    if d.ctc:
+        shapes["ctc_decoder.decoder_layers.0.weight"] = (v + 1, m)
+        shapes["ctc_decoder.decoder_layers.0.bias"] = (v + 1,)
+    if not d.transducer:
+        return shapes
+    shapes["decoder.prediction.embed.weight"] = (v + 1, p)
+    for i in range(d.pred_layers):
+        rnn = "decoder.prediction.dec_rnn.lstm"
+        shapes[f"{rnn}.weight_ih_l{i}"], shapes[f"{rnn}.weight_hh_l{i}"] = (4 * p, p), (4 * p, p)
+        shapes[f"{rnn}.bias_ih_l{i}"] = shapes[f"{rnn}.bias_hh_l{i}"] = (4 * p,)
+    shapes["joint.enc.weight"], shapes["joint.enc.bias"] = (j, m), (j,)
+    shapes["joint.pred.weight"], shapes["joint.pred.bias"] = (j, p), (j,)
+    out = v + 1 + len(d.durations)
+    shapes["joint.joint_net.2.weight"], shapes["joint.joint_net.2.bias"] = (out, j), (out,)
+    return shapes
+
+
+def transducer(w: dict, d: Dims) -> Transducer:
+    """The prediction network and joint, their tensors popped from the weights."""
+    rnn = "decoder.prediction.dec_rnn.lstm"
+    prediction = PredictionNetwork(
+        w.pop("decoder.prediction.embed.weight"),
+        tuple(LstmLayer(w.pop(f"{rnn}.weight_ih_l{i}"), w.pop(f"{rnn}.weight_hh_l{i}"), w.pop(f"{rnn}.bias_ih_l{i}"),
+                        w.pop(f"{rnn}.bias_hh_l{i}")) for i in range(d.pred_layers)))
+    joint = Joint(w.pop("joint.enc.weight"), w.pop("joint.enc.bias"), w.pop("joint.pred.weight"),
+                  w.pop("joint.pred.bias"), w.pop("joint.joint_net.2.weight"), w.pop("joint.joint_net.2.bias"))
+    return Transducer(prediction, joint, d.vocabulary, d.durations, d.max_symbols)
+
+
+def nemo_file(path: Path) -> Path | None:
+    """The ``.nemo`` a path names: the file itself, or the single one in a folder."""
+    path = Path(path)
+    if path.is_dir():
+        nemos = sorted(path.glob("*.nemo"))
+        return nemos[0] if len(nemos) == 1 else None
+    return path if path.suffix == ".nemo" and path.is_file() else None
+
+
+def nemo_config(path: Path) -> dict | None:
+    """The config of the ``.nemo`` a path names (the file, or the one in a folder), or None where there is none."""
+    nemo = nemo_file(path)
+    if nemo is None:
+        return None
+    try:
+        with tarfile.open(nemo, "r:*") as tar:
+            return archive.read_yaml(tar, archive.members(tar, nemo)["model_config.yaml"], nemo)
+    except (CheckpointError, tarfile.TarError, OSError, EOFError, KeyError):
+        return None
+
+
+def prompted(config: dict) -> bool:
+    """A prompt model's config (Nemotron's): a prompt dictionary in its model defaults."""
+    defaults = config.get("model_defaults")
+    return isinstance(defaults, dict) and isinstance(defaults.get("prompt_dictionary"), dict)
+
+
+def check_vocabulary(vocabulary: Vocabulary, dims: Dims, source: str) -> None:
+    if len(vocabulary) != dims.vocabulary:
+        raise CheckpointError(f"{source} has {len(vocabulary)} pieces; the joint's vocabulary has {dims.vocabulary}")
+
+
+def package_tensor(name: str, t: np.ndarray) -> tuple[str, np.ndarray]:
+    """A tensor under NeMo's name and in PyTorch's layout -> this package's name and MLX's layout."""
+    if name.startswith("encoder."):
+        name = "encoder." + encoder_name(name.removeprefix("encoder."))
+    elif name.startswith("ctc_decoder.") and t.ndim == 3:
+        t = t[..., 0]  # the 1x1 convolution as a linear map
+    return name, mlx_layout(name, t)
+
+
+def nemo_weights(nemo: archive.NemoFile, front: FrontEnd, path: Path) -> dict[str, Any]:
+    """A .nemo's weights as float32 under this package's names in MLX layouts (its preprocessor's buffers checked
+    against the front end, not kept), each freed from the archive once converted: one copy held, not two."""
+    weights: dict[str, Any] = {}
+    buffers = {}
+    for name in list(nemo.state):
+        t = nemo.state.pop(name)
+        if name.endswith("num_batches_tracked"):
+            continue
+        if name.startswith("preprocessor."):
+            buffers[name] = t
+            continue
+        name, array = package_tensor(name, t.astype(np.float32, copy=False))
+        weights[name] = array
+    check_buffers(buffers, front, path)
+    return weights
+
+
+# A cache-aware streaming encoder's switches (Nemotron's), where Parakeet's are NeMo's offline defaults.
+STREAMING = {"conv_norm_type": "layer_norm", "causal_downsampling": True, "conv_context_size": "causal",
+             "att_context_style": "chunked_limited"}
+OFFLINE = {"conv_norm_type": "batch_norm", "causal_downsampling": False}
+
+
+def model_config(cfg: dict, source: Path, streaming: bool = False) -> tuple[Dims, FrontEnd]:
+    """A NeMo transducer's config (Parakeet's; with ``streaming``, a cache-aware encoder's) -> its sizes and front
+    end, every switch omnid does not compute refused naming the file and the key."""
+    pre = archive.section(cfg, "preprocessor", source)
+    enc = archive.section(cfg, "encoder", source)
+    dec = archive.section(cfg, "decoder", source)
+    joint = archive.section(cfg, "joint", source)
+    decoding = cfg["decoding"] if isinstance(cfg.get("decoding"), dict) else {}
+    get = archive.getter(source)
+    switches = [(enc, key, want) for key, want in (STREAMING if streaming else OFFLINE).items()]
+    for part, key, want in ((enc, "subsampling", "dw_striding"), (enc, "self_attention_model", "rel_pos"),
+                            *switches, (dec, "blank_as_pad", True), (pre, "window", "hann"), (pre, "pad_to", 0),
+                            (pre, "frame_splicing", 1), (pre, "log", True)):
+        if part.get(key, want) != want:
+            raise CheckpointError(f"{source}: {key} is {part.get(key)!r}; only {want!r} is supported")
+    if not streaming and list(enc.get("att_context_size", [-1, -1])) != [-1, -1]:
+        raise CheckpointError(f"{source}: att_context_size is {enc.get('att_context_size')!r}: limited-context "
+                              "(streaming) encoders are not Parakeet's; only [-1, -1] is supported")
+    normalize = pre.get("normalize", "per_feature")
+    if normalize not in ("per_feature", "NA"):
+        raise CheckpointError(f"{source}: preprocessor.normalize is {normalize!r}; per_feature or NA are supported")
+    if float(pre.get("log_zero_guard_value", 2**-24)) != 2**-24:
+        raise CheckpointError(f"{source}: unsupported preprocessor log guard")
+    activation = archive.section(joint, "jointnet", source).get("activation", "relu")
+    if activation != "relu":
+        raise CheckpointError(f"{source}: joint activation {activation!r}; only relu is supported")
+    d_model = get(enc, "d_model", int)
+    n_mels = get(pre, "features", int)
+    conformer = ConformerDims(
+        n_mels=n_mels, d_model=d_model, layers=get(enc, "n_layers", int), heads=get(enc, "n_heads", int),
+        ff=d_model * get(enc, "ff_expansion_factor", int), conv_kernel=get(enc, "conv_kernel_size", int),
+        subsampling_factor=get(enc, "subsampling_factor", int),
+        subsampling_channels=get(enc, "subsampling_conv_channels", int), xscaling=bool(enc.get("xscaling", True)),
+        bias=bool(enc.get("use_bias", True)), causal=streaming,
+        conv_norm="layer_norm" if streaming else "batch_norm")
+    prednet = archive.section(dec, "prednet", source)
+    jointnet = archive.section(joint, "jointnet", source)
+    extra = int(joint.get("num_extra_outputs", 0) or 0)
+    defaults = cfg["model_defaults"] if isinstance(cfg.get("model_defaults"), dict) else {}
+    durations = tuple(int(x) for x in (decoding.get("durations") or defaults.get("tdt_durations") or ()))
+    if extra != len(durations):
+        raise CheckpointError(f"{source}: the joint has {extra} extra outputs but {len(durations)} TDT durations")
+    greedy = decoding["greedy"] if isinstance(decoding.get("greedy"), dict) else {}
+    max_symbols = greedy.get("max_symbols", DEFAULT_MAX_SYMBOLS)
+    if isinstance(max_symbols, bool) or not isinstance(max_symbols, int) or max_symbols < 1:
+        # without a limit a transducer can emit on one frame for ever (random or damaged weights do)
+        raise CheckpointError(f"{source}: decoding.greedy.max_symbols must be a positive integer, not {max_symbols!r}")
+    dims = Dims(conformer=conformer, vocabulary=get(dec, "vocab_size", int), pred_hidden=get(prednet, "pred_hidden", int),
+                pred_layers=get(prednet, "pred_rnn_layers", int), joint_hidden=get(jointnet, "joint_hidden", int),
+                durations=durations, max_symbols=max_symbols, ctc=isinstance(cfg.get("aux_ctc"), dict))
+    rate = get(pre, "sample_rate", int)
+    front = FrontEnd(sample_rate=rate, n_mels=n_mels, n_fft=get(pre, "n_fft", int),
+                     win_length=round(get(pre, "window_size", float) * rate),
+                     hop_length=round(get(pre, "window_stride", float) * rate),
+                     preemph=float(pre.get("preemph", 0.97)), normalize=normalize)
+    if front.sample_rate != 16000 or front.win_length > front.n_fft or conformer.subsampling_factor != 8 \
+            or d_model % conformer.heads or get(enc, "feat_in", int) != n_mels:
+        raise CheckpointError(f"{source}: unsupported front end or encoder ({front}, {conformer})")
+    return dims, front
