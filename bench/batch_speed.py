@@ -29,8 +29,9 @@ CORPUS = corpus_folder(ROOT / "tests" / "corpus")  # $OMNID_CORPUS, else the rep
 import omnid  # noqa: E402,F401  (OpenBLAS before mlx)
 from omnid.audio import decode_audio  # noqa: E402
 from omnid.config import load_config, load_pins, model_folder  # noqa: E402
+from omnid.engine.options import TranscribeOptions  # noqa: E402
 from omnid.engine.whisper.batch import WhisperBatch  # noqa: E402
-from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine  # noqa: E402
+from omnid.engine.whisper.engine import WhisperEngine  # noqa: E402
 
 KINDS = {
     "final": TranscribeOptions(window="full"),

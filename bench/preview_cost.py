@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT))
 import omnid  # noqa: E402,F401  (OpenBLAS before mlx)
 from omnid.audio import decode_audio  # noqa: E402
 from omnid.config import load_config, load_pins, model_folder  # noqa: E402
-from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine  # noqa: E402
+from omnid.engine.options import TranscribeOptions  # noqa: E402
+from omnid.engine.whisper.engine import WhisperEngine  # noqa: E402
 from omnid.evaluation.corpus import corpus_folder  # noqa: E402
 from omnid.realtime.text import LocalAgreement  # noqa: E402
 
@@ -41,7 +42,7 @@ def main() -> None:
     engine = WhisperEngine(model.id, model_folder(model), load_pins().get(model.id, {}))
     manifest = [json.loads(line) for line in (CORPUS / "manifest.jsonl").read_text().splitlines()]
     clips = [m for m in manifest if m["language"] == "en" and 6.0 <= m["duration_s"] <= 15.0][: args.clips]
-    opts = TranscribeOptions(window=config.realtime.preview_window, temperature_increment=0.0)
+    opts = TranscribeOptions(window=config.realtime.preview_window, fallback=False)
     engine.preview(decode_audio(CORPUS / clips[0]["path"])[:32000], opts)  # warm-up
 
     timings = {"prefix": [], "none": []}

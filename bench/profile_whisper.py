@@ -31,7 +31,8 @@ from bench.batch_speed import count_time  # noqa: E402
 from omnid.audio import decode_audio  # noqa: E402
 from omnid.config import load_config, load_pins, model_folder  # noqa: E402
 from omnid.engine import cpu_math  # noqa: E402
-from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine  # noqa: E402
+from omnid.engine.options import TranscribeOptions  # noqa: E402
+from omnid.engine.whisper.engine import WhisperEngine  # noqa: E402
 
 ATTENTION_ROWS, GELU_SLICE = cpu_math.ATTENTION_ROWS, cpu_math.GELU_SLICE
 
@@ -131,7 +132,7 @@ def main() -> None:
         tokens = 0
         t0 = time.perf_counter()
         for a in audio:
-            tokens += engine.transcribe(a, TranscribeOptions(window=window, temperature_increment=0.0)).generated_tokens
+            tokens += engine.transcribe(a, TranscribeOptions(window=window, fallback=False)).generated_tokens
         wall = time.perf_counter() - t0
         print(f"  {window:<8} wall {wall:6.1f}  encode {spent['encode']:6.1f}  decode {spent['decode']:6.1f}  "
               f"tokens {tokens}  ms/token {1000 * spent['decode'] / max(tokens, 1):5.1f}")

@@ -318,8 +318,8 @@ def worker_preview(folder: Path, audio_path: Path, text: str, runs: int, warmup:
     import numpy as np
 
     from omnid.engine.interface import Hypothesis
+    from omnid.engine.options import TranscribeOptions
     from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
-    from omnid.engine.whisper.engine import TranscribeOptions
 
     audio = np.load(audio_path)
     engine = Qwen3AsrEngine(MODEL_ID, folder, options=QwenOptions(loop_window=0))

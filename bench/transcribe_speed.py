@@ -71,13 +71,12 @@ def _system(system: str, threads: int, fallback: bool):
     if system.startswith("omnid"):
         import omnid  # noqa: F401  (OpenBLAS preload before mlx)
         from omnid.config import load_config, load_pins, model_folder
-        from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
+        from omnid.engine.options import TranscribeOptions
+        from omnid.engine.whisper.engine import WhisperEngine
 
         folder = model_folder(load_config().model("tiny.en"))
         engine = WhisperEngine("tiny.en", folder, load_pins()["tiny.en"])
-        opts = TranscribeOptions(
-            temperature=0.0, temperature_increment=0.2 if fallback else 0.0, window=system.split("-")[1]
-        )
+        opts = TranscribeOptions(temperature=0.0, fallback=fallback, window=system.split("-")[1])
         return lambda a: engine.transcribe(a, opts).text
     if system.startswith("faster-whisper"):
         from faster_whisper import WhisperModel

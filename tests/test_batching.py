@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from omnid.engine.whisper.engine import TranscribeOptions
+from omnid.engine.options import TranscribeOptions
 from omnid.runtime import transcription
 from omnid.runtime.errors import JobCancelledError
 from omnid.runtime.scheduler import EngineRuntime, Priority

@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from omnid.audio import pcm16
-from omnid.engine.whisper.engine import TranscribeOptions
+from omnid.engine.options import TranscribeOptions
 from tests.helpers import append, as_received, clip_audio
 from tests.hostile_input import multipart, wav
 

@@ -10,7 +10,7 @@ import time
 import aiohttp
 
 from omnid.audio import wav_bytes
-from omnid.engine.whisper.engine import TranscribeOptions
+from omnid.engine.options import TranscribeOptions
 from tests.helpers import append, as_received, clip_audio, ready_line, spawn
 
 

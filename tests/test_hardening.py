@@ -123,7 +123,7 @@ async def test_silence_at_4khz_is_empty_and_the_filter_can_be_turned_off(server)
 
 
 async def test_long_silences_are_cut_and_times_stay_the_files(server, engine):
-    from omnid.engine.whisper.engine import TranscribeOptions
+    from omnid.engine.options import TranscribeOptions
 
     a, b = clip_audio("ljspeech_LJ001-0013"), clip_audio("librispeech_3005-163389-0007")
     gap = 25.0

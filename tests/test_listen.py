@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from omnid.engine.whisper.engine import TranscribeOptions
+from omnid.engine.options import TranscribeOptions
 from tests.helpers import CORPUS, as_received, clip_audio, manifest, word_errors
 
 CLIP = "librispeech_3080-5032-0000"  # 4.6 s

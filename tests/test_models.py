@@ -20,7 +20,7 @@ from omnid.cli.serve import Server
 from omnid.config import load_config
 from omnid.engine.interface import Capabilities
 from omnid.engine.languages import ALIASES, LANGUAGES
-from omnid.engine.whisper.engine import TranscribeOptions
+from omnid.engine.options import TranscribeOptions
 from omnid.runtime.catalog import OPENAI_NAMES
 from omnid.runtime.registry import Services
 from omnid.runtime.scheduler import EngineRuntime

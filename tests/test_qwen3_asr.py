@@ -13,10 +13,10 @@ import pytest
 
 from omnid.engine.cpu_math import gelu
 from omnid.engine.interface import Hypothesis
+from omnid.engine.options import TranscribeOptions
 from omnid.engine.qwen3.model import EncoderLayer, audio_token_count, sinusoids
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
 from omnid.engine.qwen3_asr.split import split_long_audio
-from omnid.engine.whisper.engine import TranscribeOptions
 from tests.qwen_goldens import LANGUAGE_CODES, TINY, arrays, clear_prefix, clip, meta
 
 CLIPS = ["short", "mid", "long"]

@@ -12,9 +12,9 @@ import pytest
 
 from omnid.audio import wav_bytes
 from omnid.engine.interface import Hypothesis
+from omnid.engine.options import TranscribeOptions
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
 from omnid.engine.transcript import Transcript
-from omnid.engine.whisper.engine import TranscribeOptions
 from tests.helpers import append, collect
 from tests.qwen_goldens import TINY, clip, meta
 from tests.server import ServerThread

@@ -53,7 +53,7 @@ def test_a_stored_head_that_differs_from_the_tied_embedding_is_reported(tmp_path
 
 
 def test_empty_audio_is_empty_text_without_the_model(fp32: Qwen3AsrEngine) -> None:
-    from omnid.engine.whisper.engine import TranscribeOptions
+    from omnid.engine.options import TranscribeOptions
 
     t = fp32.transcribe(np.zeros(100, np.float32), TranscribeOptions())
     assert (t.text, t.segments, t.generated_tokens) == ("", [], 0)

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from omnid.audio import wav_bytes
-from omnid.engine.whisper.engine import TranscribeOptions
+from omnid.engine.options import TranscribeOptions
 from tests.helpers import (
     append,
     as_received,

@@ -12,7 +12,7 @@ import numpy as np
 import soxr
 import websockets
 
-from omnid.engine.whisper.engine import TranscribeOptions
+from omnid.engine.options import TranscribeOptions
 from tests.helpers import append, as_received, b64, clip_audio, collect, silence, word_errors
 
 VOXT_CLIP = "ljspeech_LJ001-0001"  # 9.7 s of read speech

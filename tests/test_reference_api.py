@@ -31,8 +31,8 @@ import pytest
 from websockets.sync.client import connect
 
 from omnid.audio import pcm16, wav_bytes
+from omnid.engine.options import TranscribeOptions
 from omnid.engine.whisper.checkpoint import load_checkpoint
-from omnid.engine.whisper.engine import TranscribeOptions
 from tests.helpers import ROOT, as_received, clip_audio, write_mlx
 from tests.qwen_goldens import TINY, clip, meta
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from omnid.config import load_config, load_pins, model_folder
-from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
+from omnid.engine.options import TranscribeOptions
+from omnid.engine.whisper.engine import WhisperEngine
 from omnid.runtime.errors import JobCancelledError, QueueFullError
 from omnid.runtime.scheduler import EngineRuntime, Priority
 from tests.helpers import clip_audio, reference

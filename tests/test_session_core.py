@@ -14,7 +14,8 @@ import pytest
 
 from omnid.config import load_config, load_pins, model_folder
 from omnid.engine.nemotron.engine import NemotronEngine
-from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
+from omnid.engine.options import TranscribeOptions
+from omnid.engine.whisper.engine import WhisperEngine
 from omnid.realtime import events as de
 from omnid.realtime.protocol import openai, voxt
 from omnid.realtime.session import Session

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnid.engine.whisper.engine import TranscribeOptions
+from omnid.engine.options import TranscribeOptions
 from omnid.evaluation.scoring import ErrorRate
 from tests.helpers import clip_audio, manifest, reference
 
@@ -60,10 +60,13 @@ def test_token_limit_reports_length(engine):
     assert 0 < len(result.text.split()) <= 5
 
 
-def test_temperature_sampling_is_seeded_and_valid(engine):
+def test_temperature_sampling_is_seeded_and_valid(tiny_folder):
     from omnid.engine.whisper.decoding import DecodeOptions
+    from omnid.engine.whisper.engine import WhisperEngine
+    from omnid.engine.whisper.options import WhisperOptions
 
-    opts = TranscribeOptions(temperature=0.6, decode=DecodeOptions(seed=3))
+    engine = WhisperEngine("tiny.en", tiny_folder, options=WhisperOptions(decode=DecodeOptions(seed=3)))
+    opts = TranscribeOptions(temperature=0.6)
     a = engine.transcribe(clip_audio("ljspeech_LJ001-0002"), opts)
     b = engine.transcribe(clip_audio("ljspeech_LJ001-0002"), opts)
     assert a.text == b.text and a.text
@@ -71,9 +74,12 @@ def test_temperature_sampling_is_seeded_and_valid(engine):
 
 
 def test_temperature_schedule():
-    assert TranscribeOptions(temperature=0.0).temperatures() == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-    assert TranscribeOptions(temperature=0.5).temperatures()[0] == 0.5
-    assert TranscribeOptions(temperature=0.3, temperature_increment=0).temperatures() == (0.3,)
+    from omnid.engine.whisper.options import WhisperOptions
+
+    assert WhisperOptions().temperatures(0.0) == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    assert WhisperOptions().temperatures(0.5)[0] == 0.5
+    assert WhisperOptions(temperature_increment=0).temperatures(0.3) == (0.3,)
+    assert WhisperOptions().temperatures(0.3, fallback=False) == (0.3,)
 
 
 def test_content_window_mode_transcribes_short_clip(engine):

@@ -16,8 +16,8 @@ from omnid.api.forms import Form, FormLimits, flag, integer, known_fields, numbe
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.echo import shown
 from omnid.engine.interface import Capabilities, TranscriptionEngine
+from omnid.engine.options import TranscribeOptions
 from omnid.engine.transcript import Segment, Transcript
-from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.formats import CONTENT_TYPES, FORMATS, SPEAKER_FORMATS, render
 from omnid.logging import content
 from omnid.realtime.protocol.server_events import ErrorDetail, Usage  # one shape on every route

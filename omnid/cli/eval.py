@@ -36,9 +36,8 @@ async def eval_command(args: argparse.Namespace, config: Config) -> int:
     references = {p.stem: evaluate.read_reference(p) for p in (args.reference or _default_references(corpus, config))}
     runtime = await start_model(config, args.model)
     engine = runtime.engine
-    opts = transcribe_options(config.transcription, window=args.window)
-    if not args.fallback:  # the reference systems decoded greedily at temperature 0, without fallback
-        opts = dataclasses.replace(opts, temperature_increment=0.0)
+    # The reference systems decoded greedily at temperature 0, without fallback.
+    opts = transcribe_options(config.transcription, window=args.window, fallback=args.fallback)
     loop = asyncio.get_running_loop()
     results: dict[str, str] = {}
     started = time.perf_counter()

@@ -18,9 +18,9 @@ from omnid.cli.progress import Progress
 from omnid.config import Config, ConfigError, ModelConfig
 from omnid.engine.interface import TranscriptionEngine
 from omnid.engine.nemotron.checkpoint import is_nemotron
+from omnid.engine.options import TranscribeOptions
 from omnid.engine.parakeet.checkpoint import is_parakeet
 from omnid.engine.qwen3.checkpoint import is_qwen3_asr
-from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.formats import EXTENSIONS, render
 from omnid.runtime import request_rules as rules
 from omnid.runtime import transcription

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
+from omnid.engine.options import TranscribeOptions
+
 if TYPE_CHECKING:
     from omnid.engine.transcript import Segment, Transcript
-    from omnid.engine.whisper.engine import TranscribeOptions
 
 Check = Callable[[], None]
 # A job as a generator of the model work it needs, run by its engine's batch (engine/programs.py).

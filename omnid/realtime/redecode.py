@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import structlog
@@ -242,9 +242,9 @@ class ReDecoding:
         recipe (a "redecode" engine continues its last hypothesis)."""
         h = self.host
         runtime, s = h.runtime, h.settings
-        opts = transcribe_options(h.transcription, language=s.language, prompt=s.prompt,
-                                  prompt_tokens=h.prompt_tokens, window=h.config.preview_window, temperature=0.0)
-        opts = replace(opts, temperature_increment=0.0)  # a preview is never worth a retry
+        opts = transcribe_options(h.transcription, language=s.language, prompt=s.prompt, prompt_tokens=h.prompt_tokens,
+                                  window=h.config.preview_window, temperature=0.0,
+                                  fallback=False)  # a preview is never worth a retry
         if runtime.engine.capabilities.streaming == "redecode":
             seg.hypothesis = await transcription.redecode(runtime, audio, opts, seg.hypothesis)
             return seg.hypothesis.text

@@ -18,12 +18,14 @@ from omnid.config import (
 from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import TranscriptionEngine
 from omnid.engine.nemotron.engine import NemotronEngine
+from omnid.engine.options import TranscribeOptions
 from omnid.engine.parakeet.engine import ParakeetEngine, ParakeetOptions
 from omnid.engine.qwen3_aligner.engine import Qwen3AlignerEngine
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
 from omnid.engine.sortformer.engine import SortformerEngine
 from omnid.engine.whisper.decoding import DecodeOptions
-from omnid.engine.whisper.engine import TranscribeOptions, WhisperEngine
+from omnid.engine.whisper.engine import WhisperEngine
+from omnid.engine.whisper.options import WhisperOptions
 from omnid.runtime.scheduler import EngineRuntime
 
 E = TypeVar("E")
@@ -46,11 +48,24 @@ def named(source: Path, build: Callable[[], E]) -> Callable[[], E]:
     return load
 
 
-def whisper_engine(model: ModelConfig) -> Callable[[], TranscriptionEngine]:
-    """Loads on the runtime's own thread: the folder and pins are resolved now, the weights there."""
+def whisper_engine(model: ModelConfig, config: Config) -> Callable[[], TranscriptionEngine]:
+    """Loads on the runtime's own thread: the folder, pins and options are resolved now, the weights there."""
     folder = model_folder(model)
     pins = load_pins().get(model.id, {})
-    return named(folder, lambda: WhisperEngine(model.id, folder, pins))
+    t = config.transcription
+    options = WhisperOptions(
+        temperature_increment=t.temperature_increment,
+        condition_on_previous_text=t.condition_on_previous_text,
+        content_padding_s=t.content_padding_s,
+        content_min_window_s=t.content_min_window_s,
+        decode=DecodeOptions(
+            compression_ratio_threshold=t.compression_ratio_threshold,
+            log_prob_threshold=t.log_prob_threshold,
+            no_speech_threshold=t.no_speech_threshold,
+            max_initial_timestamp=t.max_initial_timestamp,
+        ),
+    )
+    return named(folder, lambda: WhisperEngine(model.id, folder, pins, options))
 
 
 def qwen3_asr_engine(model: ModelConfig, config: Config) -> Callable[[], TranscriptionEngine]:
@@ -76,7 +91,7 @@ def nemotron_engine(model: ModelConfig, config: Config) -> Callable[[], Transcri
 
 # How each kind of model in the configuration becomes an engine.
 ENGINES: dict[str, Callable[[ModelConfig, Config], Callable[[], TranscriptionEngine]]] = {
-    "whisper": lambda model, _config: whisper_engine(model),
+    "whisper": whisper_engine,
     "qwen3_asr": qwen3_asr_engine,
     "parakeet": parakeet_engine,
     "nemotron": nemotron_engine,
@@ -126,28 +141,22 @@ def transcribe_options(
     prompt: str | None = None,
     prompt_tokens: tuple[int, ...] | None = None,
     temperature: float = 0.0,
+    fallback: bool = True,
     max_new_tokens: int | None = None,
     window: str | None = None,
     word_timestamps: bool = False,
     timed: bool = False,
 ) -> TranscribeOptions:
+    """A request's options; ``window`` unset is the configuration's (how a model decodes whatever the request
+    is its own options, set when its engine is built)."""
     return TranscribeOptions(
         language=language,
         prompt=prompt,
         prompt_tokens=prompt_tokens,
         temperature=temperature,
-        temperature_increment=t.temperature_increment,
-        condition_on_previous_text=t.condition_on_previous_text,
+        fallback=fallback,
         max_new_tokens=max_new_tokens or None,
         word_timestamps=word_timestamps,
         timed=timed,
         window=window or t.window,
-        content_padding_s=t.content_padding_s,
-        content_min_window_s=t.content_min_window_s,
-        decode=DecodeOptions(
-            compression_ratio_threshold=t.compression_ratio_threshold,
-            log_prob_threshold=t.log_prob_threshold,
-            no_speech_threshold=t.no_speech_threshold,
-            max_initial_timestamp=t.max_initial_timestamp,
-        ),
     )

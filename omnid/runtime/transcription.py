@@ -24,8 +24,8 @@ from omnid.engine.interface import (
     TranscriptionEngine,
 )
 from omnid.engine.languages import LANGUAGES
+from omnid.engine.options import TranscribeOptions
 from omnid.engine.transcript import Segment, Transcript
-from omnid.engine.whisper.engine import TranscribeOptions
 from omnid.runtime.scheduler import EngineRuntime, Priority
 from omnid.vad.silero import SileroVAD
 from omnid.vad.stream import probabilities

@@ -31,9 +31,9 @@ from omnid.engine.nemo.cache_aware import stream_steps
 from omnid.engine.nemotron.checkpoint import load
 from omnid.engine.nemotron.model import Nemotron
 from omnid.engine.nemotron.stream import Chunk, Stream
+from omnid.engine.options import TranscribeOptions
 from omnid.engine.programs import ProgramBatch, run_alone
 from omnid.engine.transcript import Segment, Transcript, after_prefix
-from omnid.engine.whisper.engine import TranscribeOptions
 
 log = structlog.get_logger(__name__)
 Check = Callable[[], None]

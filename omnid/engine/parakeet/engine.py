@@ -20,11 +20,11 @@ from omnid.engine.errors import EngineError
 from omnid.engine.interface import Capabilities, Hypothesis
 from omnid.engine.nemo import timestamps
 from omnid.engine.nemo.transducer import Token
+from omnid.engine.options import TranscribeOptions
 from omnid.engine.parakeet.checkpoint import load
 from omnid.engine.parakeet.chunks import chunk_spans, silent
 from omnid.engine.parakeet.model import Parakeet
 from omnid.engine.transcript import Segment, Transcript, after_prefix
-from omnid.engine.whisper.engine import TranscribeOptions
 
 log = structlog.get_logger(__name__)
 Check = Callable[[], None]

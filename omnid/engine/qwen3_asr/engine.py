@@ -22,6 +22,7 @@ from omnid.audio import SAMPLE_RATE
 from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import Capabilities, Hypothesis
 from omnid.engine.logmel import HOP_LENGTH
+from omnid.engine.options import TranscribeOptions
 from omnid.engine.programs import run_alone
 from omnid.engine.qwen3.aligner_limits import MAX_SECONDS as ALIGNER_CHUNK_S
 from omnid.engine.qwen3.aligner_limits import SPLIT_SEARCH_S as ALIGNER_SEARCH_S
@@ -32,7 +33,6 @@ from omnid.engine.qwen3_asr.prompt import CODES, NAMES, parse, prompt_ids
 from omnid.engine.qwen3_asr.split import split_long_audio
 from omnid.engine.spacing import join_segments
 from omnid.engine.transcript import Segment, Transcript
-from omnid.engine.whisper.engine import TranscribeOptions
 
 log = structlog.get_logger(__name__)
 Check = Callable[[], None]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,6 +18,7 @@ import structlog
 from omnid.engine import pins as pinning
 from omnid.engine.errors import CheckpointError
 from omnid.engine.interface import Capabilities
+from omnid.engine.options import TranscribeOptions
 from omnid.engine.transcript import Segment, Transcript, Word
 from omnid.engine.whisper.alignment import word_timestamps
 from omnid.engine.whisper.batch import Decode, Encode, Program, WhisperBatch, run_alone
@@ -39,6 +40,7 @@ from omnid.engine.whisper.mel import (
     log_mel_spectrogram,
 )
 from omnid.engine.whisper.model import Whisper
+from omnid.engine.whisper.options import WhisperOptions
 from omnid.engine.whisper.tokenizer import WhisperTokenizer, tokenizer_files
 
 log = structlog.get_logger(__name__)
@@ -46,45 +48,13 @@ log = structlog.get_logger(__name__)
 INPUT_STRIDE = 2  # mel frames per encoder position
 
 
-@dataclass(frozen=True)
-class TranscribeOptions:
-    language: str | None = None
-    prompt: str | None = None
-    # The prompt already tokenized (prompt_tokens(prompt)): a realtime session tokenizes once, not per decode.
-    prompt_tokens: tuple[int, ...] | None = None
-    temperature: float = 0.0
-    temperature_increment: float = 0.2
-    condition_on_previous_text: bool = False
-    max_new_tokens: int | None = None
-    word_timestamps: bool = False
-    # The transcript will be timed by the model's forced aligner (Qwen3-ASR): its chunks are cut no longer than
-    # the aligner takes, as the official timed transcription cuts them.
-    timed: bool = False
-    # "full": every window padded to 30 s as Whisper was trained (parity with faster-whisper);
-    # "content": a short last window is encoded at its own length, which is much cheaper on a CPU.
-    window: str = "full"
-    # In "content" mode a short window gets this much trailing silence and at least this total length: with less,
-    # Whisper rarely ends a decode and repeats itself (measured on the corpus's 1-2 s clips).
-    content_padding_s: float = 2.0
-    content_min_window_s: float = 10.0
-    # Tokens a window may decode: base + rate x its seconds of audio (30 s -> 616, above Whisper's 448 limit).
-    token_budget_base: int = 16
-    tokens_per_second: float = 20.0
-    decode: DecodeOptions = field(default_factory=DecodeOptions)
-
-    def temperatures(self) -> tuple[float, ...]:
-        if self.temperature_increment <= 0 or self.temperature >= 1.0:
-            return (self.temperature,)
-        steps = int(round((1.0 - self.temperature) / self.temperature_increment))
-        return tuple(round(self.temperature + i * self.temperature_increment, 6) for i in range(steps + 1))
-
-
 class WhisperEngine:
     kind = "whisper"
 
-    def __init__(self, model_id: str, folder: Path, pins: Mapping[str, str] | None = None):
+    def __init__(self, model_id: str, folder: Path, pins: Mapping[str, str] | None = None,
+                 options: WhisperOptions = WhisperOptions()):
         started = time.perf_counter()
-        self.model_id = model_id
+        self.model_id, self.options = model_id, options
         self.folder = Path(folder)
         ckpt = load_checkpoint(self.folder)
         tok_files = tokenizer_files(self.folder)
@@ -176,7 +146,8 @@ class WhisperEngine:
         mel = log_mel_spectrogram(audio, self.dims.n_mels)
         content_frames = mel.shape[0] - 1
         language = opts.language or ("en" if not self.dims.is_multilingual else None)
-        decode_opts = replace(opts.decode, temperatures=opts.temperatures(), max_new_tokens=opts.max_new_tokens)
+        decode_opts = replace(self.options.decode, temperatures=self._temperatures(opts),
+                              max_new_tokens=opts.max_new_tokens)
         prompt_tokens = self._prompt_of(opts)
         segments: list[Segment] = []
         history: list[int] = []
@@ -191,11 +162,12 @@ class WhisperEngine:
             content_end = seconds if opts.window == "content" else None
             # Speech never needs more than a few tokens a second; a decode past this budget is a loop, cut early
             # so that the fallback (compression ratio) retries it instead of running to the context limit.
-            budget = int(opts.token_budget_base + opts.tokens_per_second * seconds)
+            budget = int(self.options.token_budget_base + self.options.tokens_per_second * seconds)
             if opts.max_new_tokens:
                 budget = min(budget, opts.max_new_tokens)
             decode_opts = replace(decode_opts, language=language, max_timestamp=content_end, max_new_tokens=budget)
-            prompt = self._prompt(prompt_tokens, history if opts.condition_on_previous_text else [], language, decode_opts)
+            context = history if self.options.condition_on_previous_text else []
+            prompt = self._prompt(prompt_tokens, context, language, decode_opts)
             result = yield from self._decode_with_fallback(features, prompt, decode_opts)
             generated += len(result.tokens)
             if result.finish_reason == "length":
@@ -273,9 +245,9 @@ class WhisperEngine:
             return prefix.strip()
         features = yield Encode(self._window(mel[:frames], opts))
         language = opts.language or ("en" if not self.dims.is_multilingual else self.detect_language(features))
-        budget = int(opts.token_budget_base + opts.tokens_per_second * frames / FRAMES_PER_SECOND)
+        budget = int(self.options.token_budget_base + self.options.tokens_per_second * frames / FRAMES_PER_SECOND)
         decode_opts = replace(
-            opts.decode, temperatures=opts.temperatures(), language=language, without_timestamps=True,
+            self.options.decode, temperatures=self._temperatures(opts), language=language, without_timestamps=True,
             max_new_tokens=min(budget, opts.max_new_tokens or budget),
         )
         prompt = self._prompt(self._prompt_of(opts), [], language, decode_opts)
@@ -303,11 +275,14 @@ class WhisperEngine:
                 return result
         return best_of(results, opts)
 
+    def _temperatures(self, opts: TranscribeOptions) -> tuple[float, ...]:
+        return self.options.temperatures(opts.temperature, opts.fallback)
+
     def _window(self, window: mx.array, opts: TranscribeOptions) -> mx.array:
         """A window's log-mel frames padded as the window mode asks, ready to encode."""
         frames = window.shape[0]
-        pad_frames = int(opts.content_padding_s * FRAMES_PER_SECOND)
-        min_frames = int(opts.content_min_window_s * FRAMES_PER_SECOND)
+        pad_frames = int(self.options.content_padding_s * FRAMES_PER_SECOND)
+        min_frames = int(self.options.content_min_window_s * FRAMES_PER_SECOND)
         if opts.window == "full":
             target = N_FRAMES
         else:
