@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
+
+from omnid.engine import kinds
 
 
 class ConfigError(Exception):
@@ -124,26 +126,6 @@ class SecurityConfig(msgspec.Struct, forbid_unknown_fields=True):
     log_content: bool = False
 
 
-class Qwen3AsrConfig(msgspec.Struct, forbid_unknown_fields=True):
-    max_chunk_s: float = 1200.0
-    split_search_s: float = 5.0
-    min_new_tokens: int = 128
-    tokens_per_second: float = 10.0
-    loop_window: int = 24
-    loop_max_distinct: int = 3
-    stream_unfixed_decodes: int = 2
-    stream_rollback_tokens: int = 5
-    preview_max_new_tokens: int = 32
-    timed_segment_max_s: float = 10.0
-
-
-class ParakeetConfig(msgspec.Struct, forbid_unknown_fields=True):
-    max_chunk_s: float = 120.0
-    split_search_s: float = 2.0
-    max_audio_s: float = 3600.0
-    decoder: Literal["transducer", "ctc"] = "transducer"
-
-
 class DiarizationConfig(msgspec.Struct, forbid_unknown_fields=True):
     # Open /v1/diarization/stream sockets, all clients together; one more is refused before the upgrade (503).
     max_streams: int = 64
@@ -157,7 +139,7 @@ class DiarizationConfig(msgspec.Struct, forbid_unknown_fields=True):
 
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
     id: str
-    kind: Literal["whisper", "qwen3_asr", "parakeet", "nemotron", "sortformer", "qwen3_forced_aligner"] = "whisper"
+    kind: str = kinds.DEFAULT.name  # one of kinds.NAMES (checked by _check_kinds)
     path: str = ""
     package: str = ""
     # A qwen3_asr model's forced aligner (the id of a qwen3_forced_aligner model): it times the transcripts.
@@ -168,15 +150,15 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
 
 # dict=True: besides its keys a loaded Config holds load_config's note on the default model it chose
 # (default_model_chosen); no key of any file sets it.
-class Config(msgspec.Struct, forbid_unknown_fields=True, dict=True):
+class SharedConfig(msgspec.Struct, forbid_unknown_fields=True, dict=True):
+    """The sections every layer reads by name. Config adds each kind's own section (its descriptor's)."""
+
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
     vad: VadConfig = msgspec.field(default_factory=VadConfig)
     transcription: TranscriptionConfig = msgspec.field(default_factory=TranscriptionConfig)
     realtime: RealtimeConfig = msgspec.field(default_factory=RealtimeConfig)
     security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
-    qwen3_asr: Qwen3AsrConfig = msgspec.field(default_factory=Qwen3AsrConfig)
-    parakeet: ParakeetConfig = msgspec.field(default_factory=ParakeetConfig)
     diarization: DiarizationConfig = msgspec.field(default_factory=DiarizationConfig)
     models: list[ModelConfig] = msgspec.field(default_factory=list)
 
@@ -193,8 +175,20 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, dict=True):
         return str(self.__dict__.get("_default_model_chosen", ""))
 
 
+# The whole configuration: the shared sections, then a field per kind's own section ([qwen3_asr], [parakeet]), made
+# from the kinds' descriptors so that a kind brings its section with its folder. Type checkers see SharedConfig:
+# only the runtime reads a kind's section, by its name, through the kind's descriptor (runtime/models.py).
+if TYPE_CHECKING:
+    Config = SharedConfig
+else:
+    Config = msgspec.defstruct(
+        "Config", [(s.name, s.settings, msgspec.field(default_factory=s.settings)) for s in kinds.SECTIONS],
+        bases=(SharedConfig,), module=__name__, forbid_unknown_fields=True, dict=True)
+
 # Kinds whose models transcribe (the others diarize or align), one of which is the default model.
-TRANSCRIBER_KINDS = ("whisper", "qwen3_asr", "parakeet", "nemotron")
+TRANSCRIBER_KINDS = tuple(k.name for k in kinds.of_role("transcription"))
+# What a default model of another role is, for the message refusing it.
+NOT_TRANSCRIBING = {"diarization": "a diarization model", "alignment": "a forced aligner"}
 
 
 def config_dir() -> Path:
@@ -244,7 +238,9 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 ENV_PREFIX = "OMNID_"
-SECTIONS = ("server", "engine", "vad", "transcription", "realtime", "security", "qwen3_asr", "parakeet",
+# In the order of config/omnid.toml and of the reference in docs/configuration.md: the kinds' own sections come
+# after the shared ones, the diarization routes' last.
+SECTIONS = ("server", "engine", "vad", "transcription", "realtime", "security", *(s.name for s in kinds.SECTIONS),
             "diarization")
 
 
@@ -274,9 +270,7 @@ def _list_fields(section: str) -> set[str]:
 
 
 def _section_type(section: str) -> type:
-    return {"server": ServerConfig, "engine": EngineConfig, "vad": VadConfig, "transcription": TranscriptionConfig,
-            "realtime": RealtimeConfig, "security": SecurityConfig, "qwen3_asr": Qwen3AsrConfig,
-            "parakeet": ParakeetConfig, "diarization": DiarizationConfig}[section]
+    return next(f.type for f in msgspec.structs.fields(Config) if f.name == section)
 
 
 def load_config(
@@ -343,6 +337,7 @@ def _check(config: Config, names: dict[tuple[str, str], str] | None = None) -> N
 
 
 def _check_values(config: Config) -> None:
+    _check_kinds(config)
     if config.engine.max_queue < 1:
         raise ConfigError("engine.max_queue must be at least 1")
     if not 1 <= config.engine.max_batch <= 64:
@@ -365,20 +360,7 @@ def _check_values(config: Config) -> None:
         raise ConfigError("vad.max_queue must be at least 1")
     if not 0 < config.vad.max_frame_seconds <= 600:
         raise ConfigError("vad.max_frame_seconds must be in (0, 600]")
-    p = config.parakeet
-    if not (10 <= p.max_chunk_s <= 3600 and 0 < p.split_search_s <= p.max_chunk_s / 4 and p.max_audio_s > 0):
-        raise ConfigError("parakeet.max_chunk_s must be in [10, 3600], split_search_s in (0, max_chunk_s / 4] and "
-                          "max_audio_s positive")
-    q = config.qwen3_asr
-    if not 30 <= q.max_chunk_s <= 3600 or not 0 <= q.split_search_s <= q.max_chunk_s / 4:
-        raise ConfigError("qwen3_asr.max_chunk_s must be in [30, 3600] and split_search_s in [0, max_chunk_s / 4]")
-    if not 1 <= q.min_new_tokens <= 4096 or not 0 < q.tokens_per_second <= 100 or not 1 <= q.preview_max_new_tokens <= 4096:
-        raise ConfigError("qwen3_asr: min_new_tokens and preview_max_new_tokens must be in [1, 4096], "
-                          "tokens_per_second in (0, 100]")
-    if q.loop_window < 0 or not 1 <= q.loop_max_distinct < max(2, q.loop_window):
-        raise ConfigError("qwen3_asr.loop_window must be >= 0 (0: off) and loop_max_distinct in [1, loop_window)")
-    if q.stream_unfixed_decodes < 0 or q.stream_rollback_tokens < 0:
-        raise ConfigError("qwen3_asr.stream_unfixed_decodes and stream_rollback_tokens must not be negative")
+    _check_kind_sections(config)
     t = config.transcription
     if t.max_audio_seconds <= 0:
         raise ConfigError("transcription.max_audio_seconds must be positive")
@@ -405,19 +387,40 @@ def _check_values(config: Config) -> None:
     if t.default_model not in ids:  # only when no model transcribes (else _choose_default_model chose one)
         raise ConfigError(f"transcription.default_model: {t.default_model!r} is not among models, and no model "
                           f"among them transcribes (kind {', '.join(TRANSCRIBER_KINDS)})")
-    if config.model(t.default_model).kind == "sortformer":
-        raise ConfigError(f"transcription.default_model: {t.default_model!r} is a diarization model")
-    if config.model(t.default_model).kind == "qwen3_forced_aligner":
-        raise ConfigError(f"transcription.default_model: {t.default_model!r} is a forced aligner")
+    role = kinds.named(config.model(t.default_model).kind).role
+    if role in NOT_TRANSCRIBING:
+        raise ConfigError(f"transcription.default_model: {t.default_model!r} is {NOT_TRANSCRIBING[role]}")
     for m in config.models:
-        if m.aligner and m.kind != "qwen3_asr":
-            raise ConfigError(f"models: {m.id!r} names an aligner, which only a qwen3_asr model takes")
-        if m.aligner and (m.aligner not in ids or config.model(m.aligner).kind != "qwen3_forced_aligner"):
-            raise ConfigError(f"models: {m.id!r} names aligner {m.aligner!r}, which is no qwen3_forced_aligner "
-                              "model among models")
-    q = config.qwen3_asr
-    if not 1.0 <= q.timed_segment_max_s <= 60.0:
-        raise ConfigError("qwen3_asr.timed_segment_max_s must be in [1, 60]")
+        _check_aligner(config, m, ids)
+
+
+def _check_kinds(config: Config) -> None:
+    """Each model's kind is one of the kinds' names, refused as msgspec refused a value outside a Literal."""
+    for i, m in enumerate(config.models):
+        if m.kind not in kinds.NAMES:
+            raise ConfigError(f"models[{i}].kind: Invalid enum value {m.kind!r}")
+
+
+def _check_kind_sections(config: Config) -> None:
+    """Each kind's own section checks its values (engine/kind.py's KindSettings.check)."""
+    for section in kinds.SECTIONS:
+        try:
+            getattr(config, section.name).check()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+def _check_aligner(config: Config, m: ModelConfig, ids: list[str]) -> None:
+    """A model's `aligner` is a forced aligner of a kind that times its kind's transcripts."""
+    if not m.aligner:
+        return
+    aligners = [k.name for k in kinds.aligners_of(m.kind)]
+    if not aligners:
+        timed = " or ".join(k.name for k in kinds.timed())
+        raise ConfigError(f"models: {m.id!r} names an aligner, which only a {timed} model takes")
+    if m.aligner not in ids or config.model(m.aligner).kind not in aligners:
+        raise ConfigError(f"models: {m.id!r} names aligner {m.aligner!r}, which is no {' or '.join(aligners)} "
+                          "model among models")
 
 
 def _check_realtime(r: RealtimeConfig) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import msgspec
 
 from omnid.config import PATH_KEYS, SECTIONS, ModelConfig, _section_type, config_dir
+from omnid.engine import kinds
 
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
@@ -64,13 +65,19 @@ TOML_TYPES = {str: "string", int: "integer", float: "float", bool: "boolean", ty
 def _type_name(key: Key, t: Any) -> str:
     if key in PATH_KEYS or key == ("models", "path"):
         return "path"
+    if key == ("models", "kind"):  # a string the configuration checks against the kinds' names
+        return _one_of(kinds.NAMES)
     if typing.get_origin(t) is Literal:
-        return "one of " + ", ".join(json.dumps(a) for a in typing.get_args(t))
+        return _one_of(typing.get_args(t))
     if typing.get_origin(t) in (typing.Union, types.UnionType):
         return " or ".join(_type_name(key, a) for a in typing.get_args(t))
     if typing.get_origin(t) is list:
         return f"array of {_type_name(key, typing.get_args(t)[0])}s"
     return TOML_TYPES.get(t, str(t))
+
+
+def _one_of(values: tuple[Any, ...]) -> str:
+    return "one of " + ", ".join(json.dumps(a) for a in values)
 
 
 def _default(f: msgspec.structs.FieldInfo) -> str:

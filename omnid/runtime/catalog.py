@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omnid.config import Config
+from omnid.config import Config, ModelConfig
+from omnid.engine import kinds
+from omnid.engine.kind import Role
 
 # What OpenAI clients ask for; omnid serves them with the default transcription model.
 OPENAI_NAMES = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe")
@@ -32,12 +34,12 @@ class ModelCatalog:
     @classmethod
     def from_config(cls, config: Config) -> ModelCatalog:
         names = {name: config.transcription.default_model for name in OPENAI_NAMES}
-        transcribers = [m for m in config.models if m.kind not in ("sortformer", "qwen3_forced_aligner")]
+        transcribers = _of_role(config, "transcription")
         for model in transcribers:
             names |= {alias: model.id for alias in model.aliases}
         names |= {model.id: model.id for model in transcribers}
-        diarizers = frozenset(n for m in config.models if m.kind == "sortformer" for n in (m.id, *m.aliases))
-        aligners = frozenset(n for m in config.models if m.kind == "qwen3_forced_aligner" for n in (m.id, *m.aliases))
+        diarizers = frozenset(n for m in _of_role(config, "diarization") for n in (m.id, *m.aliases))
+        aligners = frozenset(n for m in _of_role(config, "alignment") for n in (m.id, *m.aliases))
         return cls(config.transcription.default_model, names, {m.id: m.kind for m in config.models}, config.vad.id,
                    diarizers, aligners)
 
@@ -56,3 +58,7 @@ class ModelCatalog:
             raise NotTranscription(f"model {key!r} is a forced aligner (it times a Qwen3-ASR model's transcripts), "
                                    "not a transcription model")
         raise UnknownModel(key)
+
+
+def _of_role(config: Config, role: Role) -> list[ModelConfig]:
+    return [m for m in config.models if kinds.named(m.kind).role == role]

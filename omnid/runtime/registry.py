@@ -10,9 +10,10 @@ from pathlib import Path
 import structlog
 
 from omnid.config import Config
+from omnid.engine import kinds
+from omnid.engine.alignment import AlignerEngine
+from omnid.engine.diarization import DiarizationEngine
 from omnid.engine.interface import TranscriptionEngine
-from omnid.engine.qwen3_aligner.engine import Qwen3AlignerEngine
-from omnid.engine.sortformer.engine import SortformerEngine
 from omnid.metrics import Metrics
 from omnid.runtime.allocator import HeapTrimmer, limit_arenas
 from omnid.runtime.catalog import ModelCatalog
@@ -28,8 +29,8 @@ log = structlog.get_logger(__name__)
 class Services:
     config: Config
     transcribers: dict[str, EngineRuntime[TranscriptionEngine]] = field(default_factory=dict)
-    diarizers: dict[str, EngineRuntime[SortformerEngine]] = field(default_factory=dict)
-    aligners: dict[str, EngineRuntime[Qwen3AlignerEngine]] = field(default_factory=dict)
+    diarizers: dict[str, EngineRuntime[DiarizationEngine]] = field(default_factory=dict)
+    aligners: dict[str, EngineRuntime[AlignerEngine]] = field(default_factory=dict)
     vad: EngineRuntime[SileroVAD] | None = None
     vad_batcher: VadBatcher | None = None
     ready: bool = False
@@ -46,10 +47,11 @@ class Services:
     def create(cls, config: Config) -> "Services":
         limit_arenas()  # before any engine's thread allocates (allocator.py)
         services = cls(config)
-        for model in config.models:
-            if model.kind == "sortformer":
+        for model in config.models:  # each model's runtime as its kind's role wants it
+            role = kinds.named(model.kind).role
+            if role == "diarization":
                 services.diarizers[model.id] = diarizer_runtime(model, config)
-            elif model.kind == "qwen3_forced_aligner":
+            elif role == "alignment":
                 services.aligners[model.id] = aligner_runtime(model, config)
             else:
                 services.transcribers[model.id] = model_runtime(model, config)
@@ -75,14 +77,14 @@ class Services:
         return ModelCatalog.from_config(self.config)
 
     @property
-    def diarizer(self) -> EngineRuntime[SortformerEngine] | None:
+    def diarizer(self) -> EngineRuntime[DiarizationEngine] | None:
         """The diarization model every diarization route uses (the first configured), or None."""
         return next(iter(self.diarizers.values()), None)
 
     def kind(self, name: str) -> str:
         """A model's kind as /v1/models and /health name it."""
         if self.vad is not None and name == self.vad.name:
-            return "silero_vad"
+            return SileroVAD.kind
         return self.catalog.kinds[name]
 
     def runtimes(self) -> list[EngineRuntime]:

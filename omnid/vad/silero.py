@@ -83,6 +83,8 @@ def silero_tensors(path: Path) -> dict[str, mx.array]:
 
 
 class SileroVAD(nn.Module):
+    kind = "silero_vad"  # as /v1/models and /health name it (it is no [[models]] kind: [vad] configures it)
+
     def __init__(self):
         super().__init__()
         self.stft = mx.zeros((N_FFT, 2 * (N_FFT // 2 + 1)))  # real and imaginary Fourier bases, as columns

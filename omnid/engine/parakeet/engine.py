@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,7 @@ from omnid.engine.options import TranscribeOptions
 from omnid.engine.parakeet.checkpoint import load
 from omnid.engine.parakeet.chunks import chunk_spans, silent
 from omnid.engine.parakeet.model import Parakeet
+from omnid.engine.parakeet.options import ParakeetOptions
 from omnid.engine.transcript import Segment, Transcript, after_prefix
 
 log = structlog.get_logger(__name__)
@@ -32,14 +33,6 @@ MAX_TOKENS = 4096  # what a request's max_new_tokens is held to (a transducer ha
 # Parakeet v3's 25 European languages (v2 is English only, with a 1024-piece vocabulary).
 V3_LANGUAGES = ("bg", "hr", "cs", "da", "nl", "en", "et", "fi", "fr", "de", "el", "hu", "it", "lv", "lt", "mt", "pl",
                 "pt", "ro", "sk", "sl", "es", "sv", "ru", "uk")
-
-
-@dataclass(frozen=True)
-class ParakeetOptions:
-    max_chunk_s: float = 120.0  # long audio is cut into chunks of at most this long
-    split_search_s: float = 2.0  # ... at the quietest 100 ms of this long before each boundary
-    max_audio_s: float = 3600.0  # longer audio is refused
-    decoder: str = "transducer"  # a hybrid checkpoint's head: "transducer" or "ctc"
 
 
 class ParakeetEngine:

@@ -10,7 +10,7 @@ import math
 import time
 import zlib
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from omnid.engine.qwen3.aligner_limits import SPLIT_SEARCH_S as ALIGNER_SEARCH_S
 from omnid.engine.qwen3.features import features_mel, normalized
 from omnid.engine.qwen3.network import load_network, numpy_decoder
 from omnid.engine.qwen3_asr.batch import Encode, Generate, Generation, Program, QwenBatch
+from omnid.engine.qwen3_asr.options import QwenOptions
 from omnid.engine.qwen3_asr.prompt import CODES, NAMES, parse, prompt_ids
 from omnid.engine.qwen3_asr.split import split_long_audio
 from omnid.engine.spacing import join_segments
@@ -36,21 +37,6 @@ from omnid.engine.transcript import Segment, Transcript
 
 log = structlog.get_logger(__name__)
 Check = Callable[[], None]
-
-
-@dataclass(frozen=True)
-class QwenOptions:
-    """How this engine decodes (from the configuration's ``[qwen3_asr]``)."""
-
-    max_chunk_s: float = 1200.0  # longer audio is split at a quiet point near each multiple of this
-    split_search_s: float = 5.0
-    min_new_tokens: int = 128  # every chunk's own token budget: max(min_new_tokens, tokens_per_second x seconds)
-    tokens_per_second: float = 10.0
-    loop_window: int = 24  # a decode stops when its last loop_window tokens hold at most loop_max_distinct ones (0: never)
-    loop_max_distinct: int = 3
-    stream_unfixed_decodes: int = 2  # live previews: the first decodes of a segment have no forced prefix,
-    stream_rollback_tokens: int = 5  # then the previous decode minus its last tokens is forced
-    preview_max_new_tokens: int = 32
 
 
 class Qwen3AsrEngine:
