@@ -24,11 +24,11 @@ STARTED = web.AppKey("started", float)
 CLIENT_GONE = 499
 
 
-class ModelCard(msgspec.Struct):
+class ModelCard(msgspec.Struct, kw_only=True):
     id: str
     object: str = "model"
     owned_by: str = "omnid"
-    kind: str = "whisper"
+    kind: str  # the model's kind (engine/kinds.py), or the VAD's
 
 
 class ModelList(msgspec.Struct):
@@ -63,9 +63,9 @@ def _status(runtime) -> str:
 async def models(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     names = [*services.transcribers, *services.aligners, *services.diarizers]
-    cards = [ModelCard(name, kind=services.kind(name)) for name in names]
+    cards = [ModelCard(id=name, kind=services.kind(name)) for name in names]
     if services.vad is not None:
-        cards.append(ModelCard(services.vad.name, kind=services.kind(services.vad.name)))
+        cards.append(ModelCard(id=services.vad.name, kind=services.kind(services.vad.name)))
     return json_response(ModelList(cards))
 
 

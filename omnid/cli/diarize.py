@@ -10,6 +10,7 @@ from pathlib import Path
 
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.config import Config, ConfigError, ModelConfig
+from omnid.engine import kinds
 from omnid.engine.diarization import turns
 from omnid.engine.errors import CheckpointError
 from omnid.runtime import diarization
@@ -52,12 +53,14 @@ def _progress(total: float) -> Callable[[float, float], None]:
 
 
 def _model(model: str | None, config: Config) -> ModelConfig:
-    """A checkpoint folder or .nemo file, or a configured model of kind sortformer (the first by default)."""
+    """A checkpoint folder or .nemo file (of the first diarization kind), or a configured diarization model (the
+    first by default)."""
+    diarizers = [k.name for k in kinds.of_role("diarization")]
     if model and Path(model).expanduser().exists():
-        return ModelConfig(id=Path(model).name, kind="sortformer", path=str(Path(model).expanduser()))
-    models = [m for m in config.models if m.kind == "sortformer" and (model in (None, m.id) or model in m.aliases)]
+        return ModelConfig(id=Path(model).name, kind=diarizers[0], path=str(Path(model).expanduser()))
+    models = [m for m in config.models if m.kind in diarizers and (model in (None, m.id) or model in m.aliases)]
     if not models:
-        raise ConfigError(f"--model: {model!r} is neither a checkpoint path nor a configured sortformer model"
-                          if model else "no diarization model: pass --model FOLDER|FILE.nemo or configure a "
-                                        "[[models]] entry with kind = \"sortformer\"")
+        raise ConfigError(f"--model: {model!r} is neither a checkpoint path nor a configured "
+                          f"{' or '.join(diarizers)} model" if model else "no diarization model: pass --model "
+                          f"FOLDER|FILE.nemo or configure a [[models]] entry with kind = \"{diarizers[0]}\"")
     return models[0]

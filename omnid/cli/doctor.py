@@ -9,11 +9,9 @@ from pathlib import Path
 
 from omnid import blas
 from omnid.config import Config, ConfigError, config_dir, load_pins, model_folder
+from omnid.engine import kinds
 from omnid.engine.errors import CheckpointError
-from omnid.engine.nemotron.checkpoint import is_mlx_folder as is_nemotron_folder
-from omnid.engine.parakeet.checkpoint import is_mlx_folder, nemo_file, transformers_architecture
 from omnid.engine.pins import sha256
-from omnid.engine.whisper.checkpoint import detect_format
 
 
 def _version(dist: str) -> str:
@@ -44,7 +42,7 @@ def doctor(config: Config, config_file: Path | None = None) -> int:
     for model in config.models:
         try:
             folder = model_folder(model)
-            fmt = _layout(model.kind, folder)
+            fmt = kinds.named(model.kind).layout(folder)  # as its loader tells it
         except (ConfigError, CheckpointError) as exc:
             print(f"model        {model.id}: ERROR {exc}")
             ok = False
@@ -57,28 +55,4 @@ def doctor(config: Config, config_file: Path | None = None) -> int:
             ok &= state == "ok"
             print(f"  pin        {name}: {state}")
     return 0 if ok else 1
-
-
-def _layout(kind: str, path: Path) -> str:
-    """The checkpoint layout a model's path holds, told by its files as its loader tells it."""
-    if kind == "whisper":
-        return detect_format(path)
-    if kind == "parakeet":
-        if path.is_dir() and is_mlx_folder(path):
-            return "mlx"
-        if path.is_dir() and transformers_architecture(path):
-            return "transformers"
-        if nemo_file(path) is not None:
-            return "nemo"
-        raise CheckpointError(f"{path}: no Parakeet checkpoint (a .nemo file, an mlx-community folder or a "
-                              "transformers folder)")
-    if kind == "nemotron":
-        if path.is_dir() and is_nemotron_folder(path):
-            return "mlx"
-        if nemo_file(path) is not None:
-            return "nemo"
-        raise CheckpointError(f"{path}: no Nemotron checkpoint (a .nemo file or an mlx-community folder)")
-    if not path.exists():
-        raise CheckpointError(f"{path}: missing")
-    return "nemo" if path.suffix == ".nemo" else "folder"
 

@@ -16,11 +16,9 @@ import msgspec
 from omnid.audio import AudioDecodeError, decode_audio
 from omnid.cli.progress import Progress
 from omnid.config import Config, ConfigError, ModelConfig
+from omnid.engine import kinds
 from omnid.engine.interface import TranscriptionEngine
-from omnid.engine.nemotron.checkpoint import is_nemotron
 from omnid.engine.options import TranscribeOptions
-from omnid.engine.parakeet.checkpoint import is_parakeet
-from omnid.engine.qwen3.checkpoint import is_qwen3_asr
 from omnid.formats import EXTENSIONS, render
 from omnid.runtime import request_rules as rules
 from omnid.runtime import transcription
@@ -32,16 +30,11 @@ from omnid.runtime.scheduler import EngineRuntime
 
 def folder_model(folder: Path) -> ModelConfig:
     """A checkpoint folder (or a Parakeet or Nemotron .nemo file) given as --model: its kind told by its files."""
-    if is_nemotron(folder):
-        return ModelConfig(id=folder.stem if folder.is_file() else folder.name, kind="nemotron", path=str(folder))
-    if is_parakeet(folder):
-        return ModelConfig(id=folder.stem if folder.is_file() else folder.name, kind="parakeet", path=str(folder))
-    if folder.is_dir() and is_qwen3_asr(folder):
-        return ModelConfig(id=folder.name, kind="qwen3_asr", path=str(folder))
-    if folder.is_dir() and any((folder / name).exists()
-                               for name in ("model.bin", "weights.safetensors", "weights.npz", "model.safetensors")):
-        return ModelConfig(id=folder.name, kind="whisper", path=str(folder))
-    raise ConfigError(f"--model: {folder} holds no Whisper, Qwen3-ASR, Parakeet or Nemotron checkpoint")
+    kind = kinds.recognise(folder, "transcription")
+    if kind is None:
+        known = kinds.spoken([k.title for k in kinds.of_role("transcription")])
+        raise ConfigError(f"--model: {folder} holds no {known} checkpoint")
+    return ModelConfig(id=folder.stem if folder.is_file() else folder.name, kind=kind.name, path=str(folder))
 
 
 async def start_model(config: Config, model_id: str | None, aligner: str | None = None
@@ -57,9 +50,10 @@ async def start_model(config: Config, model_id: str | None, aligner: str | None 
         except (UnknownModel, NotTranscription) as exc:
             raise ConfigError(f"--model: no transcription model or checkpoint folder {model_id!r}") from exc
     if aligner:
-        if model.kind != "qwen3_asr":
-            raise ConfigError(f"--aligner: model {model.id} is not a Qwen3-ASR model (only those take an aligner)")
-        timing = aligner_model(config, aligner)
+        if not kinds.aligners_of(model.kind):
+            timed = kinds.spoken([k.title for k in kinds.timed()])
+            raise ConfigError(f"--aligner: model {model.id} is not a {timed} model (only those take an aligner)")
+        timing = aligner_model(config, aligner, model.kind)
         model = msgspec.structs.replace(model, aligner=timing.id)
         if timing not in config.models:
             config = msgspec.structs.replace(config, models=[*config.models, timing])
@@ -75,17 +69,19 @@ async def start_model(config: Config, model_id: str | None, aligner: str | None 
     return runtime
 
 
-def aligner_model(config: Config, value: str) -> ModelConfig:
-    """--aligner: a configured qwen3_forced_aligner model, or a checkpoint folder."""
+def aligner_model(config: Config, value: str, timed: str) -> ModelConfig:
+    """--aligner for a model of kind ``timed``: a configured forced aligner of a kind that times it, or a checkpoint
+    folder (of the first such kind)."""
+    aligners = kinds.aligners_of(timed)
     configured = {m.id: m for m in config.models}
     if value in configured:
-        if configured[value].kind != "qwen3_forced_aligner":
+        if configured[value].kind not in {k.name for k in aligners}:
             raise ConfigError(f"--aligner: model {value} is not a forced aligner")
         return configured[value]
     folder = Path(value).expanduser()
     if not folder.is_dir():
         raise ConfigError(f"--aligner: no forced aligner or checkpoint folder {value!r}")
-    return ModelConfig(id=folder.name + "-aligner", kind="qwen3_forced_aligner", path=str(folder))
+    return ModelConfig(id=folder.name + "-aligner", kind=aligners[0].name, path=str(folder))
 
 
 def close(runtime: EngineRuntime[TranscriptionEngine]) -> None:
