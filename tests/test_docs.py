@@ -4,6 +4,7 @@ written once, in a table every Markdown renderer reads as one (each row the head
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from omnid import config_reference
 from omnid.config_reference import PAGE, config_fields, key_name, page_reference, reference_markdown
@@ -59,3 +60,24 @@ def test_each_meaning_is_written_once():
     assert sorted({m for m in meanings if meanings.count(m) > 1}) == []
     temperature = [row for row in rows() if "`transcription.temperature_increment`" in row[0]]
     assert len(temperature) == 1 and temperature[0][0].count("<br>") == 3  # its four keys in one row
+
+
+# --- the layout table ------------------------------------------------------------------------------------------
+
+def layout_rows() -> dict[str, str]:
+    """docs/development.md's layout table: its first cell's folder -> the row."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "development.md").read_text()
+    table = page.split("## Layout", 1)[1].split("\n## ", 1)[0].strip().split("\n\n")[0]
+    assert not shape_errors(table), shape_errors(table)
+    return {m.group(1): row for row in table.splitlines()[2:] if (m := re.match(r"\|\s*`([^`]+)`", row))}
+
+
+def test_every_package_folder_is_in_the_layout_table():
+    """Every folder under omnid/ and omnid/engine/ (a new engine kind or shared package included) has its row; a
+    row names no folder that is gone."""
+    package = Path(__file__).resolve().parents[1] / "omnid"
+    folders = {f"omnid/{p.relative_to(package).as_posix()}/" for base in (package, package / "engine")
+               for p in base.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    named = {name for name in layout_rows() if name.startswith("omnid/") and name.endswith("/")}
+    assert folders - named == set(), f"not in docs/development.md's layout table: {sorted(folders - named)}"
+    assert named - folders == set(), f"in the layout table but not in omnid/: {sorted(named - folders)}"
