@@ -57,6 +57,16 @@ def detect_format(folder: Path) -> str:
     )
 
 
+# Where each format gives the vocabulary size: config.json's key (CTranslate2's is the embedding's rows in model.bin).
+VOCABULARY_KEY = {"ctranslate2": "decoder/embeddings/weight rows", "mlx": "n_vocab", "transformers": "vocab_size"}
+
+
+def vocabulary_size(folder: Path, fmt: str) -> tuple[int, Path]:
+    """The vocabulary size an mlx or transformers folder's config.json declares, and that file (for errors)."""
+    config = folder / "config.json"
+    return _config_int(read_json_object(config), VOCABULARY_KEY[fmt], config), config
+
+
 def load_checkpoint(folder: Path) -> Checkpoint:
     folder = Path(folder)
     fmt = detect_format(folder)
@@ -264,9 +274,26 @@ def _load_mlx(folder: Path) -> Checkpoint:
     if not path.exists():
         path = folder / "weights.npz"
     raw = read_tensors(path)
+    # convert.py saves mlx-whisper's model.alignment_heads (int64 (layer, head) rows) with the weights; mlx-whisper
+    # loads them as its word-timing heads, so omnid does too.
+    heads = _mlx_heads(raw.pop("alignment_heads", None), dims, path)
     weights = {k: _float32(k, v, path) for k, v in raw.items()}
     weights.setdefault("encoder.positional_embedding", sinusoids(dims.n_audio_ctx, dims.n_audio_state))
-    return Checkpoint(folder, "mlx", dims, weights, (config_path, path), alignment_heads=_heads(cfg))
+    return Checkpoint(folder, "mlx", dims, weights, (config_path, path), alignment_heads=_heads(cfg) or heads)
+
+
+def _mlx_heads(arr: mx.array | None, dims: ModelDims, path: Path) -> tuple[tuple[int, int], ...]:
+    if arr is None:
+        return ()
+    if arr.ndim != 2 or arr.shape[1] != 2 or arr.dtype not in (mx.int32, mx.int64, mx.uint32, mx.uint64):
+        raise CheckpointError(f"{path}: tensor alignment_heads has shape {tuple(arr.shape)} and dtype {arr.dtype}; "
+                              "expected integer (layer, head) rows")
+    heads = tuple((int(a), int(b)) for a, b in np.asarray(arr, dtype=np.int64))
+    for layer, head in heads:
+        if not (0 <= layer < dims.n_text_layer and 0 <= head < dims.n_text_head):
+            raise CheckpointError(f"{path}: tensor alignment_heads names head ({layer}, {head}), outside the decoder's "
+                                  f"{dims.n_text_layer} layers of {dims.n_text_head} heads")
+    return heads
 
 
 # --- Hugging Face transformers ---------------------------------------------------------------------------------

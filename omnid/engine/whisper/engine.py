@@ -22,7 +22,7 @@ from omnid.engine.options import TranscribeOptions
 from omnid.engine.transcript import Segment, Transcript, Word
 from omnid.engine.whisper.alignment import word_timestamps
 from omnid.engine.whisper.batch import Decode, Encode, Program, WhisperBatch, run_alone
-from omnid.engine.whisper.checkpoint import load_checkpoint
+from omnid.engine.whisper.checkpoint import VOCABULARY_KEY, load_checkpoint
 from omnid.engine.whisper.decoding import (
     TIME_PRECISION,
     DecodeOptions,
@@ -60,10 +60,13 @@ class WhisperEngine:
         tok_files = tokenizer_files(self.folder)
         self.pin_report = pinning.verify(list(ckpt.files) + tok_files, pins or {})
         self.dims = ckpt.dims
-        self.tokenizer = WhisperTokenizer.from_folder(self.folder, ckpt.dims.is_multilingual)
+        # A folder without a tokenizer (mlx-community's) takes the rank file its vocabulary size names.
+        source = self.folder / ("model.bin" if ckpt.format == "ctranslate2" else "config.json")
+        key = VOCABULARY_KEY[ckpt.format]
+        self.tokenizer = WhisperTokenizer.for_model(self.folder, ckpt.dims.n_vocab, source, key)
         if self.tokenizer.timestamp_begin + 1501 > ckpt.dims.n_vocab:
             raise CheckpointError(
-                f"{tok_files[0]}: tokenizer does not fit the model (timestamps start at "
+                f"{self.tokenizer.source}: tokenizer does not fit the model (timestamps start at "
                 f"{self.tokenizer.timestamp_begin}, vocabulary has {ckpt.dims.n_vocab})"
             )
         self.model = Whisper(ckpt.dims)

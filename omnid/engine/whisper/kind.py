@@ -41,14 +41,23 @@ def load(model_id: str, path: Path, pins: Mapping[str, str], opts: WhisperOption
 
 
 def layout(path: Path) -> str:
-    from omnid.engine.whisper.checkpoint import detect_format
+    from omnid.engine.whisper.checkpoint import VOCABULARY_KEY, detect_format, vocabulary_size
+    from omnid.engine.whisper.tokenizer import shipped_ranks, tokenizer_files
 
-    return detect_format(path)
+    fmt = detect_format(path)
+    if fmt == "ctranslate2" or tokenizer_files(path):
+        return fmt
+    # No tokenizer file (mlx-community's folders): the shipped ranks its vocabulary size names, or the reason none.
+    n_vocab, config = vocabulary_size(path, fmt)
+    ranks = shipped_ranks(n_vocab, config, VOCABULARY_KEY[fmt])
+    return f"{fmt}, tokenizer: shipped {ranks.name} ranks ({VOCABULARY_KEY[fmt]} {n_vocab})"
 
 
 def recognises(path: Path) -> bool:
-    try:
-        return path.is_dir() and bool(layout(path))
+    from omnid.engine.whisper.checkpoint import detect_format
+
+    try:  # by its files alone: a folder whose tokenizer cannot be told is still Whisper's, refused at load
+        return path.is_dir() and bool(detect_format(path))
     except CheckpointError:
         return False
 
