@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from omnid.engine import kinds
+from omnid.engine import hub, kinds
 
 
 class ConfigError(Exception):
@@ -140,7 +140,10 @@ class DiarizationConfig(msgspec.Struct, forbid_unknown_fields=True):
 class ModelConfig(msgspec.Struct, forbid_unknown_fields=True):
     id: str
     kind: str = kinds.DEFAULT.name  # one of kinds.NAMES (checked by _check_kinds)
+    # A folder or .nemo file, or a Hugging Face repo id found in the local cache (engine/hub.py).
     path: str = ""
+    # A repo id's revision in the cache (a branch, tag or commit); empty: its `main` ref.
+    revision: str = ""
     package: str = ""
     # A qwen3_asr model's forced aligner (the id of a qwen3_forced_aligner model): it times the transcripts.
     aligner: str = ""
@@ -221,13 +224,20 @@ def _resolve_paths(layer: dict[str, Any], base: Path) -> dict[str, Any]:
         if isinstance(out.get(section), dict) and isinstance(out[section].get(key), str):
             out[section] = {**out[section], key: _absolute(out[section][key], base)}
     if isinstance(out.get("models"), list):
-        out["models"] = [{**m, "path": _absolute(m["path"], base)} if isinstance(m, dict)
+        out["models"] = [{**m, "path": _model_path(m["path"], base)} if isinstance(m, dict)
                          and isinstance(m.get("path"), str) else m for m in out["models"]]
     return out
 
 
 def _absolute(value: str, base: Path) -> str:
     return str(base / Path(value).expanduser()) if value else value  # an absolute one stays as it is
+
+
+def _model_path(value: str, base: Path) -> str:
+    """A model's path made absolute, unless it is spelt as a Hugging Face repo id and nothing of that name exists
+    there: then it stays the repo id, found in the cache when the model loads (model_folder)."""
+    absolute = _absolute(value, base)
+    return value if hub.is_repo_id(value) and not Path(absolute).exists() else absolute
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -451,9 +461,19 @@ def _check_realtime(r: RealtimeConfig) -> None:
 
 
 def model_folder(model: ModelConfig) -> Path:
-    """Where a model's checkpoint lives: its path, or the folder its Python package carries."""
+    """Where a model's checkpoint lives: its path (a path on disk, else a repo id's snapshot in the Hugging Face
+    cache, at its revision), or the folder its Python package carries."""
     if model.path:
-        return Path(model.path).expanduser()
+        folder = Path(model.path).expanduser()
+        if folder.exists() or not hub.is_repo_id(model.path):
+            if model.revision:
+                raise ConfigError(f"models[{model.id}]: revision is for a Hugging Face repo id, and path {folder} "
+                                  "is on disk")
+            return folder
+        try:
+            return hub.snapshot(model.path, model.revision)
+        except hub.NotCached as exc:  # spelt as a repo id, it is no path on disk either
+            raise ConfigError(f"models[{model.id}]: path {model.path!r} names no file or folder, and {exc}") from None
     if not model.package:
         raise ConfigError(f"models[{model.id}]: set either path or package")
     module_name = model.package.replace("-", "_")

@@ -49,6 +49,7 @@ def test_paths_in_a_file_are_taken_from_its_folder_and_home_is_expanded(tmp_path
         id = "z"
         path = "/abs/z"
         """.replace("\n        ", "\n"))
+    (folder / "models" / "x").mkdir(parents=True)  # spelt as a repo id: a path only where one exists (test_hub_cache)
     # --config named relative to the working directory, as a user types it
     config = load_config(Path("..") / "conf" / "omnid.toml")
     assert model_folder(config.model("x")) == folder.resolve() / "models" / "x"
