@@ -17,7 +17,8 @@ from omnid.config import ConfigError, load_config
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="a TOML file overriding config/omnid.toml")
     p.add_argument("--model", help="model id from the configuration, or a checkpoint folder (Whisper or Qwen3-ASR) "
-                                   "or Parakeet .nemo file, told by its files; default: transcription.default_model")
+                                   "or Parakeet .nemo file, told by its files, or a Hugging Face repo id (org/name) "
+                                   "in the local cache; default: transcription.default_model")
     p.add_argument("--window", choices=["full", "content"], help="window padding mode (default: from config)")
 
 
@@ -89,12 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     di = sub.add_parser("diarize", help="who spoke when in an audio file (a Sortformer model)")
     di.add_argument("file", type=Path, metavar="FILE")
     di.add_argument("--config", type=Path)
-    di.add_argument("--model", help="a Sortformer checkpoint folder or .nemo file, or a configured model id")
+    di.add_argument("--model", help="a Sortformer checkpoint folder or .nemo file, a configured model id, or a "
+                                    "Hugging Face repo id (org/name) in the local cache")
     di.add_argument("--latency", choices=["very_high", "high", "low", "ultra_low"],
                     help="streaming preset (default: diarization.file_latency)")
 
     d = sub.add_parser("doctor", help="versions, device, BLAS, models and their pins")
     d.add_argument("--config", type=Path)
+
+    mo = sub.add_parser("models", help="the checkpoints in the local Hugging Face cache omnid can serve (repo id, "
+                                       "kind, layout, dtype or bits, size), and why not for the others")
+    mo.add_argument("--config", type=Path)
     return parser
 
 
@@ -140,6 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from omnid.cli.doctor import doctor
 
         return doctor(config, args.config)
+    if args.command == "models":
+        from omnid.cli.models import models_command
+
+        return models_command()
     if args.command == "serve":
         from omnid.cli.serve import run
 

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
+from omnid.cli.transcribe import cached_snapshot
 from omnid.config import Config, ConfigError, ModelConfig
-from omnid.engine import kinds
+from omnid.engine import hub, kinds
 from omnid.engine.diarization import turns
 from omnid.engine.errors import CheckpointError
 from omnid.runtime import diarization
@@ -53,12 +54,14 @@ def _progress(total: float) -> Callable[[float, float], None]:
 
 
 def _model(model: str | None, config: Config) -> ModelConfig:
-    """A checkpoint folder or .nemo file (of the first diarization kind), or a configured diarization model (the
-    first by default)."""
+    """A checkpoint folder or .nemo file (of the first diarization kind), a configured diarization model (the first
+    by default), or a Hugging Face repo id in the local cache."""
     diarizers = [k.name for k in kinds.of_role("diarization")]
     if model and Path(model).expanduser().exists():
         return ModelConfig(id=Path(model).name, kind=diarizers[0], path=str(Path(model).expanduser()))
     models = [m for m in config.models if m.kind in diarizers and (model in (None, m.id) or model in m.aliases)]
+    if not models and model and hub.is_repo_id(model):
+        return ModelConfig(id=model, kind=diarizers[0], path=str(cached_snapshot(model)))
     if not models:
         raise ConfigError(f"--model: {model!r} is neither a checkpoint path nor a configured "
                           f"{' or '.join(diarizers)} model" if model else "no diarization model: pass --model "

@@ -16,7 +16,7 @@ import msgspec
 from omnid.audio import AudioDecodeError, decode_audio
 from omnid.cli.progress import Progress
 from omnid.config import Config, ConfigError, ModelConfig
-from omnid.engine import kinds
+from omnid.engine import hub, kinds
 from omnid.engine.interface import TranscriptionEngine
 from omnid.engine.options import TranscribeOptions
 from omnid.formats import EXTENSIONS, render
@@ -37,6 +37,14 @@ def folder_model(folder: Path) -> ModelConfig:
     return ModelConfig(id=folder.stem if folder.is_file() else folder.name, kind=kind.name, path=str(folder))
 
 
+def cached_snapshot(repo_id: str) -> Path:
+    """A Hugging Face repo id given as --model: its `main` snapshot in the local cache (engine/hub.py)."""
+    try:
+        return hub.snapshot(repo_id)
+    except hub.NotCached as exc:
+        raise ConfigError(f"--model: {exc}") from None
+
+
 async def start_model(config: Config, model_id: str | None, aligner: str | None = None
                       ) -> EngineRuntime[TranscriptionEngine]:
     """A configured model by id or alias, or a checkpoint folder given by its path; with its aligner (its
@@ -47,7 +55,11 @@ async def start_model(config: Config, model_id: str | None, aligner: str | None 
     else:
         try:
             model = config.model(ModelCatalog.from_config(config).resolve(model_id))
-        except (UnknownModel, NotTranscription) as exc:
+        except UnknownModel as exc:
+            if model_id is None or not hub.is_repo_id(model_id):
+                raise ConfigError(f"--model: no transcription model or checkpoint folder {model_id!r}") from exc
+            model = msgspec.structs.replace(folder_model(cached_snapshot(model_id)), id=model_id)
+        except NotTranscription as exc:
             raise ConfigError(f"--model: no transcription model or checkpoint folder {model_id!r}") from exc
     if aligner:
         if not kinds.aligners_of(model.kind):

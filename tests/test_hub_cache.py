@@ -1,0 +1,180 @@
+"""Checkpoints named by Hugging Face repo id, found offline in a local Hugging Face cache (omnid/engine/hub.py).
+
+The cache is built in tmp_path as huggingface_hub writes it: ``models--org--name/blobs/<sha256>`` holding each
+file's bytes, ``snapshots/<commit>/<file>`` relative links to those blobs, ``refs/main`` holding the newest commit
+(no newline), and ``trees/<commit>.json``, the tree listing a download records. ``org/parakeet-tiny`` has two
+revisions with different tiny Parakeet checkpoints of tests/goldens/ (the older TDT, main RNN-T, whose texts NeMo
+recorded), so which one served is told by the transcript. Every command runs as a subprocess with HF_HUB_CACHE
+pointing there (huggingface_hub reads it when imported), as a user runs it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from omnid.audio import wav_bytes
+from tests.test_parakeet import GOLDENS, audio, meta
+
+ROOT = Path(__file__).resolve().parent.parent
+QWEN_TINY = GOLDENS.parent / "qwen3_asr_tiny"
+OLD = "0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"
+NEW = "fedcba9876543210fedcba9876543210fedcba98"
+NEMO = "parakeet-tiny.nemo"
+
+
+def put_snapshot(cache: Path, repo_id: str, commit: str, files: dict[str, bytes], main: bool = True,
+                 tree: bool = True) -> Path:
+    """One revision of a model repo, written as huggingface_hub's downloads write it."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / commit
+    listing = {}
+    for name, data in files.items():
+        sha = hashlib.sha256(data).hexdigest()
+        blob = repo / "blobs" / sha
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = snapshot / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+        listing[name] = {"size": len(data), "blob_id": hashlib.sha1(data).hexdigest(), "lfs_sha256": sha,
+                         "lfs_size": len(data)}
+    if tree:
+        (repo / "trees").mkdir(exist_ok=True)
+        (repo / "trees" / f"{commit}.json").write_text(json.dumps({"format_version": 1, "files": listing}))
+    if main:
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(commit)
+    return snapshot
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    cache = tmp_path_factory.mktemp("hf") / "hub"
+    put_snapshot(cache, "org/parakeet-tiny", OLD, {NEMO: (GOLDENS / "tdt.nemo").read_bytes()}, main=False)
+    put_snapshot(cache, "org/parakeet-tiny", NEW, {NEMO: (GOLDENS / "rnnt.nemo").read_bytes(),
+                                                   "README.md": b"# a tiny RNN-T\n"})
+    put_snapshot(cache, "org/qwen3-asr-tiny", NEW, {p.name: p.read_bytes() for p in sorted(QWEN_TINY.iterdir())
+                                                    if not p.name.startswith("goldens")})
+    put_snapshot(cache, "org/notes", NEW, {"README.md": b"# no model here\n", "data/notes.txt": b"words\n"})
+    # A download cut short: the weights' blob is gone (a broken link) ...
+    broken = put_snapshot(cache, "org/broken", NEW, {NEMO: (GOLDENS / "tdt.nemo").read_bytes()})
+    (broken / NEMO).resolve().unlink()
+    # ... and one whose tree listing names a file the snapshot never got.
+    half = put_snapshot(cache, "org/half", NEW, {NEMO: (GOLDENS / "tdt.nemo").read_bytes(),
+                                                 "config.json": b"{}"})
+    (half / "config.json").unlink()
+    return cache
+
+
+@pytest.fixture(scope="module")
+def wav(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("audio") / "clip.wav"
+    path.write_bytes(wav_bytes(audio("librispeech")))
+    return path
+
+
+def omnid(cache: Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    env |= {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "omnid", *args], capture_output=True, text=True, timeout=600,
+                          cwd=cwd, env=env)
+
+
+def text(kind: str) -> str:
+    return meta()["models"][kind]["librispeech"]["text"] + "\n"
+
+
+def test_the_texts_of_the_two_revisions_differ():
+    assert text("tdt") != text("rnnt") != text("hybrid") != text("tdt")  # else the tests below could not tell
+
+
+def test_a_repo_id_serves_its_main_snapshot(cache, wav):
+    out = omnid(cache, "transcribe", "--model", "org/parakeet-tiny", str(wav))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == text("rnnt")
+
+
+def test_a_configured_repo_id_at_a_revision_serves_that_snapshot(cache, wav, tmp_path):
+    config = tmp_path / "omnid.toml"
+    config.write_text(f'[[models]]\nid = "p"\nkind = "parakeet"\npath = "org/parakeet-tiny"\nrevision = "{OLD}"\n'
+                      '[[models]]\nid = "q"\nkind = "parakeet"\npath = "org/parakeet-tiny"\n')
+    old = omnid(cache, "transcribe", "--config", str(config), "--model", "p", str(wav))
+    assert old.returncode == 0, old.stderr
+    assert old.stdout == text("tdt")
+    main = omnid(cache, "transcribe", "--config", str(config), "--model", "q", str(wav))
+    assert main.returncode == 0, main.stderr
+    assert main.stdout == text("rnnt")
+    doctor = omnid(cache, "doctor", "--config", str(config))
+    snapshots = cache.resolve() / "models--org--parakeet-tiny" / "snapshots"
+    assert f"model        p (parakeet, nemo) at {snapshots / OLD}\n" in doctor.stdout, doctor.stdout
+    assert f"model        q (parakeet, nemo) at {snapshots / NEW}\n" in doctor.stdout, doctor.stdout
+
+
+def test_a_path_on_disk_wins_over_the_repo_id_it_spells(cache, wav, tmp_path):
+    (tmp_path / "org" / "parakeet-tiny").mkdir(parents=True)
+    (tmp_path / "org" / "parakeet-tiny" / NEMO).symlink_to(GOLDENS / "hybrid.nemo")
+    config = tmp_path / "omnid.toml"
+    config.write_text('[[models]]\nid = "p"\nkind = "parakeet"\npath = "org/parakeet-tiny"\n')
+    out = omnid(cache, "transcribe", "--config", str(config), "--model", "p", str(wav))  # relative to the file
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == text("hybrid")
+    on_disk = omnid(cache, "transcribe", "--model", "org/parakeet-tiny", str(wav), cwd=tmp_path)  # to the cwd
+    assert on_disk.returncode == 0, on_disk.stderr
+    assert on_disk.stdout == text("hybrid")
+
+
+def test_models_lists_what_the_cache_holds_by_kind_and_why_not(cache):
+    out = omnid(cache, "models")
+    assert out.returncode == 0, out.stderr
+    lines = {line.split("  ", 1)[0]: line for line in out.stdout.splitlines() if not line.startswith("#")}
+    assert set(lines) == {"org/parakeet-tiny", "org/qwen3-asr-tiny", "org/notes", "org/broken", "org/half"}, out.stdout
+    parakeet = lines["org/parakeet-tiny"].split("  ")
+    assert parakeet[1:4] == ["parakeet", "nemo", "?"], parakeet  # main's snapshot; a .nemo's dtype is not cheap
+    assert parakeet[4].endswith("MB"), parakeet
+    assert lines["org/qwen3-asr-tiny"].split("  ")[1:4] == ["qwen3_asr", "folder", "float32"], out.stdout
+    assert lines["org/notes"].startswith("org/notes  cannot serve: its files are no Whisper, Qwen3-ASR, Parakeet or "
+                                         "Nemotron checkpoint (README.md, data)"), out.stdout
+    assert f"{cache.resolve()}/models--org--broken/snapshots/{NEW}/{NEMO}: " in lines["org/broken"], out.stdout
+    assert f"{cache.resolve()}/models--org--half/snapshots/{NEW}/config.json: " in lines["org/half"], out.stdout
+    assert str(cache.resolve()) in out.stdout.splitlines()[0]
+
+
+def test_models_without_a_cache_says_so(tmp_path):
+    out = omnid(tmp_path / "nowhere", "models")
+    assert out.returncode == 1 and out.stderr == f"omnid: no Hugging Face cache at {tmp_path / 'nowhere'} (set " \
+                                                 "HF_HUB_CACHE or HF_HOME)\n", out.stderr
+
+
+def test_a_repo_missing_from_the_cache_is_one_line_naming_it_and_the_cache(cache, wav, tmp_path):
+    out = omnid(cache, "transcribe", "--model", "org/absent", str(wav))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(f"omnid: --model: org/absent: not in the Hugging Face cache {cache.resolve()} "), \
+        out.stderr
+    config = tmp_path / "omnid.toml"
+    config.write_text('[[models]]\nid = "p"\nkind = "parakeet"\npath = "org/parakeet-tiny"\nrevision = "v9"\n')
+    out = omnid(cache, "transcribe", "--config", str(config), "--model", "p", str(wav))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("omnid: models[p]: path 'org/parakeet-tiny' names no file or folder, and "
+                                 "org/parakeet-tiny: revision 'v9' is not in the Hugging Face cache "
+                                 f"{cache.resolve()} "), out.stderr
+    diarize = omnid(cache, "diarize", "--model", "org/absent", str(wav))
+    assert diarize.returncode == 2 and "org/absent: not in the Hugging Face cache" in diarize.stderr, diarize.stderr
+
+
+@pytest.mark.parametrize(("repo", "file", "why"), [
+    ("org/broken", NEMO, "is missing (a broken link)"),
+    ("org/half", "config.json", "it was never downloaded"),
+])
+def test_an_incomplete_snapshot_is_an_error_naming_its_file(cache, wav, repo, file, why):
+    out = omnid(cache, "transcribe", "--model", repo, str(wav))
+    path = cache.resolve() / ("models--" + repo.replace("/", "--")) / "snapshots" / NEW / file
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(f"omnid: --model: {path}: {repo}'s cached snapshot {NEW} is incomplete: "), \
+        out.stderr
+    assert why in out.stderr, out.stderr
