@@ -177,3 +177,50 @@ def test_pins_pass_and_mismatch_names_the_file(tiny_folder, tmp_path):
     assert verify([config], {}) == {"config.json": "unpinned"}
     with pytest.raises(CheckpointError, match=r"config\.json: SHA-256 [0-9a-f]{64} does not match its pin 00"):
         verify([config], {"config.json": "00" * 32})
+
+
+# --- mlx-community's folders, as mlx-examples' convert.py writes them (scripts/whisper_mlx_goldens.py) -------------
+
+MLX_GOLDENS = Path(__file__).parent / "goldens" / "whisper_mlx_tiny"
+
+
+@pytest.mark.parametrize("name, ranks, languages", [("en", "gpt2", ("en",)), ("v3", "multilingual", 100)])
+def test_convert_py_output_loads_without_a_tokenizer_file(name, ranks, languages):
+    from omnid.engine.whisper.engine import WhisperEngine
+    from omnid.engine.whisper.kind import KIND
+
+    folder = MLX_GOLDENS / name
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "weights.safetensors"]
+    raw = mx.load(str(folder / "weights.safetensors"))
+    engine = WhisperEngine(name, folder)
+    assert engine.tokenizer.source.name == f"{ranks}.tiktoken"
+    if isinstance(languages, tuple):
+        assert engine.languages == languages
+    else:
+        assert len(engine.languages) == languages and "yue" in engine.languages
+    # convert.py's alignment_heads tensor (mlx-whisper's default: every head of the decoder's second half).
+    assert np.array(raw["alignment_heads"]).tolist() == [[1, 0], [1, 1]]
+    assert engine.alignment_heads == ((1, 0), (1, 1))
+    ckpt = load_checkpoint(folder)
+    assert "alignment_heads" not in ckpt.weights and "encoder.positional_embedding" in ckpt.weights
+    for key, value in raw.items():
+        if key != "alignment_heads":
+            np.testing.assert_array_equal(np.array(ckpt.weights[key]), np.array(value.astype(mx.float32)), key)
+    n_vocab = engine.dims.n_vocab
+    assert KIND.layout(folder) == f"mlx, tokenizer: shipped {ranks} ranks (n_vocab {n_vocab})"
+
+
+def test_an_alignment_heads_tensor_outside_the_decoder_is_refused(tmp_path):
+    folder = write_mlx(tmp_path / "a", SMALL, random_weights(SMALL))
+    weights = dict(mx.load(str(folder / "weights.safetensors")))
+    weights["alignment_heads"] = mx.array([[1, 0], [2, 3]])
+    mx.save_safetensors(str(folder / "weights.safetensors"), weights)
+    with pytest.raises(CheckpointError, match=r"weights\.safetensors: tensor alignment_heads names head \(2, 3\)"):
+        load_checkpoint(folder)
+    weights["alignment_heads"] = mx.array([1.0, 0.0])
+    mx.save_safetensors(str(folder / "weights.safetensors"), weights)
+    with pytest.raises(CheckpointError, match="tensor alignment_heads has shape"):
+        load_checkpoint(folder)
+    weights["alignment_heads"] = mx.array([[1, 3]])
+    mx.save_safetensors(str(folder / "weights.safetensors"), weights)
+    assert load_checkpoint(folder).alignment_heads == ((1, 3),)

@@ -106,3 +106,29 @@ def test_the_cpu_numpy_encoder_layers_are_the_mlx_layers(engine):
     got = through_layers(front, encoder._cpu_layers)
     assert got.shape == expected.shape == (2, 400, engine.dims.n_audio_state)
     assert np.abs(np.array(got) - np.array(expected)).max() <= 1e-4 * np.abs(np.array(expected)).max()
+
+
+def test_tiny_en_as_a_tokenizer_less_mlx_folder_transcribes_the_same(engine, tiny_folder, tmp_path):
+    """The real tiny.en re-laid as mlx-community's folders are (convert.py's config.json and weights.safetensors with
+    its alignment_heads tensor, no tokenizer file: the shipped GPT-2 ranks serve) gives the built-in's text and
+    words."""
+    import mlx.core as mx
+
+    from omnid.engine.whisper.checkpoint import load_checkpoint
+    from omnid.engine.whisper.engine import WhisperEngine
+    from tests.helpers import write_mlx
+
+    ckpt = load_checkpoint(tiny_folder)
+    folder = write_mlx(tmp_path / "tiny.en-mlx", ckpt.dims, {k: np.array(v) for k, v in ckpt.weights.items()})
+    weights = dict(mx.load(str(folder / "weights.safetensors")))
+    weights["alignment_heads"] = mx.array(ckpt.alignment_heads)
+    mx.save_safetensors(str(folder / "weights.safetensors"), weights)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "weights.safetensors"]
+    relaid = WhisperEngine("tiny.en-mlx", folder)
+    assert relaid.tokenizer.source.name == "gpt2.tiktoken"
+    options = TranscribeOptions(temperature=0.0, word_timestamps=True)
+    for clip_id in SHORT_CLIPS[:2]:
+        audio = clip_audio(clip_id)
+        want, got = engine.transcribe(audio, options), relaid.transcribe(audio, options)
+        assert got.text == want.text == reference()[clip_id].strip()
+        assert [s.words for s in got.segments] == [s.words for s in want.segments]
