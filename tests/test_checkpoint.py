@@ -224,3 +224,18 @@ def test_an_alignment_heads_tensor_outside_the_decoder_is_refused(tmp_path):
     weights["alignment_heads"] = mx.array([[1, 3]])
     mx.save_safetensors(str(folder / "weights.safetensors"), weights)
     assert load_checkpoint(folder).alignment_heads == ((1, 3),)
+
+
+def test_a_tokenizer_less_transformers_folder_takes_the_ranks_its_vocab_size_names(tmp_path):
+    from omnid.engine.whisper.engine import WhisperEngine
+    from omnid.engine.whisper.kind import KIND
+
+    multi = ModelDims(80, 24, 16, 2, 1, 51865, 16, 16, 2, 1)
+    folder = write_hf(tmp_path / "hf", multi, random_weights(multi))
+    engine = WhisperEngine("hf", folder)
+    assert engine.tokenizer.source.name == "multilingual.tiktoken" and len(engine.languages) == 99
+    assert KIND.layout(folder) == "transformers, tokenizer: shipped multilingual ranks (vocab_size 51865)"
+    odd = ModelDims(80, 24, 16, 2, 1, 51900, 16, 16, 2, 1)
+    folder = write_hf(tmp_path / "odd", odd, random_weights(odd))
+    with pytest.raises(CheckpointError, match=rf"{folder / 'config.json'}: vocab_size 51900 matches no Whisper"):
+        WhisperEngine("odd", folder)
