@@ -19,6 +19,10 @@ convert.py imports torch and ``mlx_whisper.torch_whisper`` at the top but conver
 imports its transcription stack: numba, scipy), so convert.py and mlx_whisper's own ``whisper.py`` and
 ``tokenizer.py`` run unchanged.
 
+``logits.npz`` records, for each converted folder loaded by mlx-whisper's own ``load_model`` (float32), the logits
+its model gives for a start sequence and a few text tokens over a seeded random log-mel window (``MEL_SEED``), at
+every 13th token id and every special and timestamp id.
+
 ``tokens.json`` records what mlx-whisper's tokenizer (``get_tokenizer``, its shipped rank files) gives for each
 vocabulary size (51864, 51865, 51866): the ids of many texts in several languages, their decoding, the special
 tokens, every language token, the non-speech tokens and the start sequences.
@@ -120,8 +124,16 @@ def tiny_hf(folder: Path, n_mels: int, n_vocab: int, seed: int) -> None:
     (folder / "config.json").write_text(json.dumps(config, indent=2))
 
 
+MEL_SEED = 7
+TEXT = " hello world"  # the text tokens after the start sequence in logits.npz
+
+
 def stand_ins(mlx_whisper_dir: Path) -> None:
-    """Empty torch and mlx_whisper.torch_whisper, and mlx_whisper as a bare package (its own files, no __init__)."""
+    """Empty torch and mlx_whisper.torch_whisper, and mlx_whisper as a bare package (its own files, no __init__);
+    an empty huggingface_hub for load_models.py's import (its download is never called: the folders are local)."""
+    hub = types.ModuleType("huggingface_hub")
+    hub.snapshot_download = None  # type: ignore[attr-defined]
+    sys.modules["huggingface_hub"] = hub
     torch = types.ModuleType("torch")
     torch.Tensor = type("Tensor", (), {})  # type: ignore[attr-defined]
     sys.modules["torch"] = torch
@@ -140,6 +152,22 @@ def convert(convert_py: Path, hf: Path, out: Path, dtype: str) -> None:
         runpy.run_path(str(convert_py), run_name="__main__")
     finally:
         sys.argv = argv
+
+
+def logits(folder: Path, get_tokenizer) -> dict[str, np.ndarray]:
+    """mlx-whisper's logits on the folder: its load_model, its encoder and decoder, in float32."""
+    from mlx_whisper.load_models import load_model
+
+    model = load_model(str(folder), mx.float32)
+    dims = model.dims
+    multilingual = dims.n_vocab >= 51865
+    tok = get_tokenizer(multilingual, num_languages=model.num_languages, language="de" if multilingual else None)
+    ids = [*tok.sot_sequence, tok.no_timestamps, *tok.encode(TEXT)]
+    mel = np.random.default_rng(MEL_SEED).standard_normal((1, 2 * dims.n_audio_ctx, dims.n_mels)).astype(np.float32)
+    out = np.array(model.logits(mx.array([ids]), model.embed_audio(mx.array(mel)))[0].astype(mx.float32))
+    # Every 13th token and every special and timestamp (kept small): each row of the embedding is the output's.
+    vocab = np.unique(np.r_[0 : dims.n_vocab : 13, 50250 : dims.n_vocab])
+    return {"ids": np.array(ids, np.int64), "vocab": vocab, "logits": out[:, vocab]}
 
 
 def tokens(get_tokenizer) -> dict:
@@ -193,6 +221,8 @@ def main() -> None:
             hf = Path(tmp) / f"hf-{name}"
             tiny_hf(hf, n_mels, n_vocab, seed)
             convert(convert_py, hf, OUT / name, dtype)
+    arrays = {f"{name}_{key}": value for name in MODELS for key, value in logits(OUT / name, get_tokenizer).items()}
+    np.savez_compressed(OUT / "logits.npz", **arrays)
     (OUT / "tokens.json").write_text(json.dumps(tokens(get_tokenizer), ensure_ascii=False, indent=1) + "\n")
     for path in sorted(OUT.rglob("*")):
         if path.is_file():

@@ -239,3 +239,22 @@ def test_a_tokenizer_less_transformers_folder_takes_the_ranks_its_vocab_size_nam
     folder = write_hf(tmp_path / "odd", odd, random_weights(odd))
     with pytest.raises(CheckpointError, match=rf"{folder / 'config.json'}: vocab_size 51900 matches no Whisper"):
         WhisperEngine("odd", folder)
+
+
+@pytest.mark.parametrize("name, atol", [("en", 2e-3), ("v3", 1e-4)])
+def test_convert_py_output_gives_mlx_whispers_logits(name, atol):
+    """omnid's model on convert.py's folder gives the logits mlx-whisper 0.4.3's load_model and model gave
+    (logits.npz): the start sequence from the shipped ranks, then text. v3 is float32 throughout; en is float16 on
+    disk, which mlx-whisper keeps as its parameters, so its decoder's embeddings add in float16."""
+    from omnid.engine.whisper.engine import WhisperEngine
+
+    want = np.load(MLX_GOLDENS / "logits.npz")
+    engine = WhisperEngine(name, MLX_GOLDENS / name)
+    tok, dims = engine.tokenizer, engine.dims
+    ids = [*tok.sot_sequence("de" if dims.is_multilingual else None), tok.no_timestamps, *tok.encode(" hello world")]
+    assert ids == want[f"{name}_ids"].tolist()
+    mel = np.random.default_rng(7).standard_normal((1, 2 * dims.n_audio_ctx, dims.n_mels)).astype(np.float32)
+    hidden, _ = engine.model.decoder(mx.array([ids]), engine.model.encoder(mx.array(mel)))
+    got = np.array(engine.model.decoder.logits(hidden))[0][:, want[f"{name}_vocab"]]
+    np.testing.assert_allclose(got, want[f"{name}_logits"], rtol=0, atol=atol)
+    assert (got.argmax(axis=1) == want[f"{name}_logits"].argmax(axis=1)).all()
