@@ -23,6 +23,8 @@ from tests.test_parakeet import GOLDENS, audio, meta
 
 ROOT = Path(__file__).resolve().parent.parent
 QWEN_TINY = GOLDENS.parent / "qwen3_asr_tiny"
+ALIGNER_TINY = GOLDENS.parent / "qwen3_aligner_tiny"
+SORTFORMER_TINY = GOLDENS.parent / "sortformer_tiny" / "tiny.nemo"
 OLD = "0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"
 NEW = "fedcba9876543210fedcba9876543210fedcba98"
 NEMO = "parakeet-tiny.nemo"
@@ -61,6 +63,9 @@ def cache(tmp_path_factory) -> Path:
                                                    "README.md": b"# a tiny RNN-T\n"})
     put_snapshot(cache, "org/qwen3-asr-tiny", NEW, {p.name: p.read_bytes() for p in sorted(QWEN_TINY.iterdir())
                                                     if not p.name.startswith("goldens")})
+    put_snapshot(cache, "org/aligner-tiny", NEW, {p.name: p.read_bytes() for p in sorted(ALIGNER_TINY.iterdir())
+                                                  if not p.name.startswith("goldens")})
+    put_snapshot(cache, "org/sortformer-tiny", NEW, {"sortformer-tiny.nemo": SORTFORMER_TINY.read_bytes()})
     put_snapshot(cache, "org/notes", NEW, {"README.md": b"# no model here\n", "data/notes.txt": b"words\n"})
     # A download cut short: the weights' blob is gone (a broken link) ...
     broken = put_snapshot(cache, "org/broken", NEW, {NEMO: (GOLDENS / "tdt.nemo").read_bytes()})
@@ -133,13 +138,17 @@ def test_models_lists_what_the_cache_holds_by_kind_and_why_not(cache):
     out = omnid(cache, "models")
     assert out.returncode == 0, out.stderr
     lines = {line.split("  ", 1)[0]: line for line in out.stdout.splitlines() if not line.startswith("#")}
-    assert set(lines) == {"org/parakeet-tiny", "org/qwen3-asr-tiny", "org/notes", "org/broken", "org/half"}, out.stdout
+    assert set(lines) == {"org/parakeet-tiny", "org/qwen3-asr-tiny", "org/aligner-tiny", "org/sortformer-tiny",
+                          "org/notes", "org/broken", "org/half"}, out.stdout
     parakeet = lines["org/parakeet-tiny"].split("  ")
     assert parakeet[1:4] == ["parakeet", "nemo", "?"], parakeet  # main's snapshot; a .nemo's dtype is not cheap
     assert parakeet[4].endswith("MB"), parakeet
     assert lines["org/qwen3-asr-tiny"].split("  ")[1:4] == ["qwen3_asr", "folder", "float32"], out.stdout
-    assert lines["org/notes"].startswith("org/notes  cannot serve: its files are no Whisper, Qwen3-ASR, Parakeet or "
-                                         "Nemotron checkpoint (README.md, data)"), out.stdout
+    assert lines["org/aligner-tiny"].split("  ")[1:4] == ["qwen3_forced_aligner", "folder", "float32"], out.stdout
+    assert lines["org/sortformer-tiny"].split("  ")[1:4] == ["sortformer", "nemo", "?"], out.stdout
+    assert lines["org/notes"].startswith("org/notes  cannot serve: its files are no Whisper, Qwen3-ASR, Parakeet, "
+                                         "Nemotron, Sortformer or Qwen3-ForcedAligner checkpoint (README.md, data)"), \
+        out.stdout
     assert f"{cache.resolve()}/models--org--broken/snapshots/{NEW}/{NEMO}: " in lines["org/broken"], out.stdout
     assert f"{cache.resolve()}/models--org--half/snapshots/{NEW}/config.json: " in lines["org/half"], out.stdout
     assert str(cache.resolve()) in out.stdout.splitlines()[0]
@@ -178,3 +187,10 @@ def test_an_incomplete_snapshot_is_an_error_naming_its_file(cache, wav, repo, fi
     assert out.stderr.startswith(f"omnid: --model: {path}: {repo}'s cached snapshot {NEW} is incomplete: "), \
         out.stderr
     assert why in out.stderr, out.stderr
+
+
+def test_a_cached_checkpoint_of_another_role_is_named_not_transcribed(cache, wav):
+    out = omnid(cache, "transcribe", "--model", "org/aligner-tiny", str(wav))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.endswith(f"/models--org--aligner-tiny/snapshots/{NEW} holds a Qwen3-ForcedAligner checkpoint, "
+                               "which does not transcribe\n"), out.stderr

@@ -10,11 +10,10 @@ import struct
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from omnid.engine import hub, kinds
 from omnid.engine.errors import CheckpointError
-from omnid.engine.kind import Role
 
 # safetensors' dtype names as MLX and numpy spell them.
 _DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "U32": "uint32",
@@ -38,7 +37,7 @@ def line(entry: hub.Cached) -> str:
     """One repo of the cache: what serves it, or why nothing does."""
     if entry.problem or entry.folder is None:
         return f"{entry.repo_id}  cannot serve: {entry.problem}"
-    kind = next((k for role in get_args(Role) if (k := kinds.recognise(entry.folder, role)) is not None), None)
+    kind = kinds.recognise(entry.folder)
     if kind is None:
         titles = kinds.spoken([k.title for k in kinds.KINDS if k.recognises is not None])
         return f"{entry.repo_id}  cannot serve: its files are no {titles} checkpoint ({_files(entry.folder)})"

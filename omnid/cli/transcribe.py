@@ -31,6 +31,9 @@ from omnid.runtime.scheduler import EngineRuntime
 def folder_model(folder: Path) -> ModelConfig:
     """A checkpoint folder (or a Parakeet or Nemotron .nemo file) given as --model: its kind told by its files."""
     kind = kinds.recognise(folder, "transcription")
+    anything = kinds.recognise(folder)  # a forced aligner's folder also holds model.safetensors, as Whisper's does
+    if anything is not None and anything.role != "transcription":
+        raise ConfigError(f"--model: {folder} holds a {anything.title} checkpoint, which does not transcribe")
     if kind is None:
         known = kinds.spoken([k.title for k in kinds.of_role("transcription")])
         raise ConfigError(f"--model: {folder} holds no {known} checkpoint")

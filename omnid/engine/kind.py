@@ -58,8 +58,8 @@ class KindDescriptor(Generic[Opts]):
     # The layout of the checkpoint a path configured as this kind holds ("mlx", "nemo", ...), as its loader tells
     # it; CheckpointError where there is none.
     layout: Callable[[Path], str]
-    # Whether a path holds one of its checkpoints, told by its files (``omnid transcribe --model PATH``); None: a
-    # kind that is only ever configured.
+    # Whether a path holds one of its checkpoints, told by its files (``omnid transcribe --model PATH``, ``omnid
+    # models``); None: a kind that is only ever configured.
     recognises: Callable[[Path], bool] | None = None
     # Kinds whose recognisers also accept some of this kind's checkpoints (a Nemotron folder is shaped like
     # Parakeet's; a transformers folder holds model.safetensors as Whisper's does): where both accept, this one wins.

@@ -46,10 +46,11 @@ def timed() -> tuple[KindDescriptor[Any], ...]:
     return tuple(k for k in KINDS if aligners_of(k.name))
 
 
-def recognise(path: Path, role: Role) -> KindDescriptor[Any] | None:
-    """The kind of the role whose checkpoint a path holds, told by its files; None when none recognises it. Where
-    several do, a kind that another accepting kind shadows gives way to it (the more specific recogniser wins)."""
-    accepting = [k for k in of_role(role) if k.recognises is not None and k.recognises(path)]
+def recognise(path: Path, role: Role | None = None) -> KindDescriptor[Any] | None:
+    """The kind of the role (None: of any role) whose checkpoint a path holds, told by its files; None when none
+    recognises it. Where several do, a kind that another accepting kind shadows gives way to it (the more specific
+    recogniser wins)."""
+    accepting = [k for k in (of_role(role) if role else KINDS) if k.recognises is not None and k.recognises(path)]
     shadowed = {name for k in accepting for name in k.shadows}
     return next((k for k in accepting if k.name not in shadowed), None)
 

@@ -102,13 +102,28 @@ class Checkpoint:
 
 
 def is_qwen3_asr(folder: Path) -> bool:
-    """Whether a folder holds a Qwen3-ASR checkpoint (by its config), for `omnid transcribe --model FOLDER`."""
+    """Whether a folder holds a checkpoint of the Qwen3-ASR network (by its config), a transcription model or a
+    forced aligner, for `omnid transcribe --model FOLDER` and `omnid models`."""
+    raw = _config(folder)
+    return raw is not None and (str(raw.get("model_type", "")).startswith("qwen3_asr") or "thinker_config" in raw)
+
+
+def is_forced_aligner(folder: Path) -> bool:
+    """Whether such a folder holds a forced aligner: the official test, its thinker's model_type (as load_checkpoint
+    tells it)."""
+    raw = _config(folder)
+    if raw is None or not is_qwen3_asr(folder):
+        return False
+    thinker = raw.get("thinker_config")
+    return "forced_aligner" in str((thinker if isinstance(thinker, dict) else raw).get("model_type", ""))
+
+
+def _config(folder: Path) -> dict[str, Any] | None:
     try:
         raw = json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(raw, dict) and (str(raw.get("model_type", "")).startswith("qwen3_asr")
-                                      or "thinker_config" in raw)
+        return None
+    return raw if isinstance(raw, dict) else None
 
 
 def load_checkpoint(folder: Path) -> Checkpoint:

@@ -27,7 +27,13 @@ def load(model_id: str, path: Path, pins: Mapping[str, str], segment_max_s: floa
     return Qwen3AlignerEngine(model_id, path, pins, segment_max_s=segment_max_s)
 
 
+def recognises(path: Path) -> bool:
+    from omnid.engine.qwen3.checkpoint import is_forced_aligner
+
+    return path.is_dir() and is_forced_aligner(path)
+
+
 KIND: KindDescriptor[float] = KindDescriptor(
     name="qwen3_forced_aligner", title="Qwen3-ForcedAligner", role="alignment", options=options, load=load,
-    layout=plain_layout, times=(TIMES,),
+    layout=plain_layout, recognises=recognises, shadows=("qwen3_asr", "whisper"), times=(TIMES,),
 )

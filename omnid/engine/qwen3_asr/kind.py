@@ -23,9 +23,9 @@ def load(model_id: str, path: Path, pins: Mapping[str, str], opts: QwenOptions) 
 
 
 def recognises(path: Path) -> bool:
-    from omnid.engine.qwen3.checkpoint import is_qwen3_asr
+    from omnid.engine.qwen3.checkpoint import is_forced_aligner, is_qwen3_asr
 
-    return path.is_dir() and is_qwen3_asr(path)
+    return path.is_dir() and is_qwen3_asr(path) and not is_forced_aligner(path)
 
 
 KIND: KindDescriptor[QwenOptions] = KindDescriptor(
