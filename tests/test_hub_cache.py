@@ -9,6 +9,7 @@ pointing there (huggingface_hub reads it when imported), as a user runs it."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from omnid.audio import wav_bytes
+from tests.helpers import get, post_transcription, ready_line
 from tests.test_parakeet import GOLDENS, audio, meta
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,3 +196,32 @@ def test_a_cached_checkpoint_of_another_role_is_named_not_transcribed(cache, wav
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.endswith(f"/models--org--aligner-tiny/snapshots/{NEW} holds a Qwen3-ForcedAligner checkpoint, "
                                "which does not transcribe\n"), out.stderr
+
+
+def test_the_daemon_serves_a_repo_id_and_lists_only_its_configured_models(cache, wav, tmp_path):
+    """The real daemon, HF_HUB_CACHE set: the configured repo id at its revision answers a request with that
+    snapshot's transcript, and /v1/models lists the configured models, not the cache's other checkpoints."""
+    config = tmp_path / "omnid.toml"
+    config.write_text(f'[[models]]\nid = "p"\nkind = "parakeet"\npath = "org/parakeet-tiny"\nrevision = "{OLD}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    proc = subprocess.Popen([sys.executable, "-m", "omnid", "serve", "--supervised", "--port", "0", "--config",
+                             str(config)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env | {"HF_HUB_CACHE": str(cache)})
+    try:
+        ready = ready_line(proc)
+        assert ready["event"] == "ready", ready
+        url = f"http://127.0.0.1:{ready['port']}"
+        for _ in range(600):
+            _, health = get(url + "/health")
+            if health["status"] != "loading":
+                break
+            asyncio.run(asyncio.sleep(0.1))
+        status, models = get(url + "/v1/models")
+        assert status == 200 and [m["id"] for m in models["data"]] == ["p", "silero-vad"], models
+        status, body = asyncio.run(post_transcription(url, wav.read_bytes(), model="p", vad_filter="false"))
+        assert status == 200 and body["text"] + "\n" == text("tdt"), body
+        proc.stdin.write('{"command": "shutdown"}\n')
+        proc.stdin.flush()
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
