@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -208,6 +209,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text())
     except FileNotFoundError as exc:
         raise ConfigError(f"--config: no such file: {path}") from exc
+    except OSError as exc:  # a folder, or a file this user may not read
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
 
@@ -294,10 +299,12 @@ def load_config(
     PATH_KEYS). Errors name the option as the user wrote it: the flag, the variable, or the file key."""
     raw = _resolve_paths(_read_toml(config_dir() / "omnid.toml"), config_dir())
     names: dict[tuple[str, str], str] = {}
+    files: dict[str, str] = {}  # the file that set each top-level key ([[models]] included)
     if path is not None:
         user = _read_toml(Path(path).expanduser())
         raw = _merge(raw, _resolve_paths(user, Path(path).expanduser().resolve().parent))
         names |= {(s, k): f"{path}: {s}.{k}" for s, v in user.items() if isinstance(v, dict) for k in v}
+        files = dict.fromkeys(user, str(path))
     env, env_names = env_overrides(dict(environ) if environ is not None else {})
     raw, names = _merge(raw, _resolve_paths(env, Path.cwd())), names | env_names
     if overrides:
@@ -306,7 +313,7 @@ def load_config(
     try:
         config = msgspec.convert(raw, Config, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(_name_error(str(exc), names)) from exc
+        raise ConfigError(_name_error(str(exc), names, files)) from exc
     _choose_default_model(config, names)
     _check(config, names)
     return config
@@ -325,15 +332,22 @@ def _choose_default_model(config: Config, names: dict[tuple[str, str], str]) -> 
                                                "transcription model serves requests that name no model")
 
 
-def _name_error(message: str, names: dict[tuple[str, str], str]) -> str:
-    """msgspec says '... - at `$.server.port`'; lead with the option's own name."""
-    if " - at `$." in message:
-        text, path = message.rsplit(" - at `$.", 1)
-        parts = path.rstrip("`").split(".")
-        key = (parts[0], parts[1].split("[")[0]) if len(parts) > 1 else None
-        label = names.get(key) if key else None
-        return f"{label or '.'.join(parts)}: {text}"
-    return f"invalid configuration: {message}"
+def _name_error(message: str, names: dict[tuple[str, str], str], files: dict[str, str] | None = None) -> str:
+    """msgspec says '... - at `$.server.port`', or 'Object contains unknown field `x` - at `$.server`'; lead with
+    the option's own name (``files``: the file that set each top-level key, for keys ``names`` does not know)."""
+    text, _, at = message.partition(" - at `$")
+    parts = [p for p in at.rstrip("`").split(".") if p]
+    unknown = re.fullmatch(r"Object contains unknown field `([^`]*)`", text)
+    if unknown:
+        parts, text = [*parts, unknown[1]], "unknown key"
+    if not parts:
+        return f"invalid configuration: {message}"
+    key = (parts[0], parts[1].split("[")[0]) if len(parts) > 1 else None
+    label = names.get(key) if key else None
+    if label is None:
+        file = (files or {}).get(parts[0].split("[")[0])
+        label = f"{file}: {'.'.join(parts)}" if file else ".".join(parts)
+    return f"{label}: {text}"
 
 
 def _check(config: Config, names: dict[tuple[str, str], str] | None = None) -> None:

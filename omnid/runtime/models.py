@@ -31,7 +31,9 @@ E = TypeVar("E")
 
 def named(source: Path, build: Callable[[], E]) -> Callable[[], E]:
     """The same clear error, naming the checkpoint, for every way its load can fail: a MemoryError or a
-    RecursionError out of a hostile file names nothing by itself (a loader names the file and tensor it can)."""
+    RecursionError out of a hostile file names nothing by itself (a loader names the file and tensor it can), nor
+    does whatever else a library raises on a file no loader check foresaw (its traceback is kept as the cause, for
+    OMNID_LOG_LEVEL=debug)."""
 
     def load() -> E:
         try:
@@ -42,6 +44,11 @@ def named(source: Path, build: Callable[[], E]) -> Callable[[], E]:
             raise CheckpointError(f"{source}: cannot load: it claims more memory than there is") from exc
         except RecursionError as exc:
             raise CheckpointError(f"{source}: cannot load: a file in it is nested too deeply") from exc
+        except OSError as exc:
+            raise CheckpointError(f"{source}: cannot load: {exc.filename or ''}{': ' if exc.filename else ''}"
+                                  f"{exc.strerror or exc}") from exc
+        except Exception as exc:  # noqa: BLE001  (a load that fails is a checkpoint that cannot load)
+            raise CheckpointError(f"{source}: cannot load: {type(exc).__name__}: {exc}") from exc
 
     return load
 

@@ -36,6 +36,8 @@ def read(path: Path, weights_limit: Callable[[dict], int], artifacts: tuple[str,
     """A .nemo: the config first, then the kind's artifacts, then the weights, no larger than ``weights_limit``
     of the config says the model it describes can be (checked before they are read)."""
     try:
+        if not tarfile.is_tarfile(path):  # tarfile's own message lists each decompressor it tried, a line each
+            raise CheckpointError(f"{path}: not a .nemo checkpoint (a tar archive, as NeMo writes one)")
         with tarfile.open(path, "r:*") as tar:
             found = members(tar, path)
             source = f"{path}:model_config.yaml"
@@ -60,7 +62,9 @@ def read(path: Path, weights_limit: Callable[[dict], int], artifacts: tuple[str,
             assert file is not None
             # read in place (the archive member is seekable), not copied whole into memory first
             state = read_state_dict(file, f"{path}:model_weights.ckpt", max_bytes=limit)
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
         raise CheckpointError(f"{path}: cannot read: {exc}") from exc
     return NemoFile(config, state, extra)
 
