@@ -113,21 +113,31 @@ def entry() -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command's exit code. A bad input's error, whatever the command, ends here as one line naming the file
+    (and the tensor or key) with its exit code (omnid/cli/failures.py); its traceback only with
+    OMNID_LOG_LEVEL=debug."""
     args = build_parser().parse_args(argv)
+    from omnid.cli import failures
     from omnid.logging import configure_logging
 
     # The daemon logs a line per request; one-shot commands stay quiet unless asked.
     configure_logging(None if os.environ.get("OMNID_LOG_LEVEL") else ("info" if args.command == "serve" else "warning"))
+    try:
+        return _run(args)
+    except failures.FAILURES as exc:
+        return failures.report(exc)
+    except KeyboardInterrupt:
+        print("omnid: interrupted", file=sys.stderr)
+        return failures.INTERRUPTED
+
+
+def _run(args: argparse.Namespace) -> int:
     overrides, flag_names = {}, {}
     if args.command == "serve":
         server = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
         overrides = {"server": server} if server else {}
         flag_names = {("server", k): f"--{k}" for k in server}
-    try:
-        config = load_config(args.config, overrides, environ=dict(os.environ), flag_names=flag_names)
-    except ConfigError as exc:
-        print(f"omnid: {exc}", file=sys.stderr)
-        return 2
+    config = load_config(args.config, overrides, environ=dict(os.environ), flag_names=flag_names)
     if args.command == "service":
         from omnid.cli.service import command as service
 
@@ -152,25 +162,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return models_command()
     if args.command == "serve":
         from omnid.cli.serve import run
+        from omnid.logging import configure_logging
 
         if config.server.log_file:
             try:
                 configure_logging(None if os.environ.get("OMNID_LOG_LEVEL") else "info", config.server.log_file)
             except OSError as exc:
-                print(f"omnid: server.log_file: {exc}", file=sys.stderr)
-                return 2
+                raise ConfigError(f"server.log_file: {exc}") from exc
 
         return run(config, supervised=args.supervised)
     from omnid.cli.eval import eval_command
     from omnid.cli.transcribe import transcribe_command
 
-    try:
-        if args.command == "transcribe":
-            return asyncio.run(transcribe_command(args, config))
-        return asyncio.run(eval_command(args, config))
-    except ConfigError as exc:
-        print(f"omnid: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("omnid: interrupted", file=sys.stderr)
-        return 130
+    if args.command == "transcribe":
+        return asyncio.run(transcribe_command(args, config))
+    return asyncio.run(eval_command(args, config))

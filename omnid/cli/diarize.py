@@ -8,25 +8,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
+from omnid.audio import SAMPLE_RATE, decode_audio
 from omnid.cli.transcribe import cached_snapshot
 from omnid.config import Config, ConfigError, ModelConfig
 from omnid.engine import hub, kinds
 from omnid.engine.diarization import turns
-from omnid.engine.errors import CheckpointError
 from omnid.runtime import diarization
 from omnid.runtime.models import diarizer_runtime
 
-# A wrong model, checkpoint or file: its message, and exit 2.
-FAILURES = (ConfigError, CheckpointError, AudioDecodeError, OSError)
-
 
 def diarize_command(file: Path, model: str | None, latency: str | None, config: Config) -> int:
-    try:
-        return asyncio.run(_diarize(file, _model(model, config), latency or config.diarization.file_latency, config))
-    except FAILURES as exc:
-        print(f"omnid: {exc}", file=sys.stderr)
-        return 2
+    """A wrong model, checkpoint or file ends as every command's does (omnid/cli/failures.py)."""
+    return asyncio.run(_diarize(file, _model(model, config), latency or config.diarization.file_latency, config))
 
 
 async def _diarize(file: Path, model: ModelConfig, latency: str, config: Config) -> int:

@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 
 import structlog
 from aiohttp import web
@@ -24,6 +25,7 @@ from aiohttp import web
 from omnid.api import diarization, realtime
 from omnid.api.app import create_app
 from omnid.api.errors import answer_protocol_errors_in_json
+from omnid.cli import failures
 from omnid.cli.process_exit import exit_now
 from omnid.config import Config
 from omnid.logging import reopen_log_file, set_log_content
@@ -232,12 +234,17 @@ async def serve(config: Config, supervised: bool = False) -> int:
         server = Server(config)
         await server.start()
     except Exception as exc:
-        if isinstance(exc, PortInUse) and not supervised:
-            print(f"omnid: {exc}", file=sys.stderr, flush=True)  # the one line a person at the terminal reads
-        if supervised or config.server.log_file or not isinstance(exc, PortInUse):
-            log.error("startup_failed", reason=str(exc))
+        # One line naming the file (and the tensor or key), as every command's error (omnid/cli/failures.py): on
+        # stdout as the failed event for the parent, on stderr for a person at the terminal; exit 1 either way.
+        message = failures.one_line(exc)
+        if supervised or config.server.log_file:
+            log.error("startup_failed", reason=message)
         if supervised:
-            _emit({"event": "failed", "reason": str(exc)})
+            if failures.debug():
+                traceback.print_exception(exc, file=sys.stderr)
+            _emit({"event": "failed", "reason": message})
+        else:
+            failures.report(exc)
         if server is not None:
             await server.stop()
         return 1
