@@ -57,6 +57,11 @@ def put_snapshot(cache: Path, repo_id: str, commit: str, files: dict[str, bytes]
     return snapshot
 
 
+def safetensors(dtype: str, size: int) -> bytes:
+    header = json.dumps({"w": {"dtype": dtype, "shape": [1], "data_offsets": [0, size]}}).encode()
+    return len(header).to_bytes(8, "little") + header + bytes(size)
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
     cache = tmp_path_factory.mktemp("hf") / "hub"
@@ -68,6 +73,13 @@ def cache(tmp_path_factory) -> Path:
     put_snapshot(cache, "org/aligner-tiny", NEW, {p.name: p.read_bytes() for p in sorted(ALIGNER_TINY.iterdir())
                                                   if not p.name.startswith("goldens")})
     put_snapshot(cache, "org/sortformer-tiny", NEW, {"sortformer-tiny.nemo": SORTFORMER_TINY.read_bytes()})
+    # mlx-community Whisper folders, told by their files alone (no weights are read): bits from the quantization
+    # block of config.json, else the dtype of the safetensors header's tensors.
+    quantized = {"n_vocab": 51864, "quantization": {"group_size": 64, "bits": 4}}
+    put_snapshot(cache, "org/whisper-4bit", NEW, {"config.json": json.dumps(quantized).encode(),
+                                                  "weights.safetensors": safetensors("U32", 4)})
+    put_snapshot(cache, "org/whisper-f16", NEW, {"config.json": b'{"n_vocab": 51864}',
+                                                 "weights.safetensors": safetensors("F16", 2)})
     put_snapshot(cache, "org/notes", NEW, {"README.md": b"# no model here\n", "data/notes.txt": b"words\n"})
     # A download cut short: the weights' blob is gone (a broken link) ...
     broken = put_snapshot(cache, "org/broken", NEW, {NEMO: (GOLDENS / "tdt.nemo").read_bytes()})
@@ -141,12 +153,15 @@ def test_models_lists_what_the_cache_holds_by_kind_and_why_not(cache):
     assert out.returncode == 0, out.stderr
     lines = {line.split("  ", 1)[0]: line for line in out.stdout.splitlines() if not line.startswith("#")}
     assert set(lines) == {"org/parakeet-tiny", "org/qwen3-asr-tiny", "org/aligner-tiny", "org/sortformer-tiny",
-                          "org/notes", "org/broken", "org/half"}, out.stdout
+                          "org/whisper-4bit", "org/whisper-f16", "org/notes", "org/broken", "org/half"}, out.stdout
     parakeet = lines["org/parakeet-tiny"].split("  ")
     assert parakeet[1:4] == ["parakeet", "nemo", "?"], parakeet  # main's snapshot; a .nemo's dtype is not cheap
     assert parakeet[4].endswith("MB"), parakeet
     assert lines["org/qwen3-asr-tiny"].split("  ")[1:4] == ["qwen3_asr", "folder", "float32"], out.stdout
     assert lines["org/aligner-tiny"].split("  ")[1:4] == ["qwen3_forced_aligner", "folder", "float32"], out.stdout
+    for repo, precision in (("org/whisper-4bit", "4-bit"), ("org/whisper-f16", "float16")):
+        kind, layout, bits = lines[repo].split("  ")[1:4]
+        assert (kind, layout.split(",")[0], bits) == ("whisper", "mlx", precision), out.stdout
     assert lines["org/sortformer-tiny"].split("  ")[1:4] == ["sortformer", "nemo", "?"], out.stdout
     assert lines["org/notes"].startswith("org/notes  cannot serve: its files are no Whisper, Qwen3-ASR, Parakeet, "
                                          "Nemotron, Sortformer or Qwen3-ForcedAligner checkpoint (README.md, data)"), \
