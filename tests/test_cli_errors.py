@@ -91,7 +91,8 @@ def build_checkpoints(root: Path) -> dict[str, Broken]:
     out[".nemo whose weights are no zip"] = Broken(not_zip, "parakeet", (f"{not_zip}:model_weights.ckpt: corrupt",))
 
     nowhere = root / "nowhere"
-    out["checkpoint path that does not exist"] = Broken(nowhere, "whisper", (str(nowhere),), model_flag_code=2)
+    out["checkpoint path that does not exist"] = Broken(nowhere, "whisper", (f"{nowhere}: no such folder",),
+                                                        model_flag_code=2)
     return out
 
 
@@ -246,3 +247,16 @@ def test_one_line_reads_an_os_error_as_file_and_reason():
     assert one_line(PermissionError(13, "Permission denied", "/m/weights.npz")) == "/m/weights.npz: Permission denied"
     assert one_line(CheckpointError("/m.nemo: cannot read:\n- method gz: no\n- method tar: no")) == \
         "/m.nemo: cannot read:; - method gz: no; - method tar: no"
+
+
+def test_a_checkpoint_folder_that_does_not_exist_is_told_from_a_file(tmp_path):
+    from omnid.engine.qwen3 import checkpoint as qwen
+    from omnid.engine.whisper import checkpoint as whisper_checkpoint
+
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("no checkpoint")
+    for load in (whisper_checkpoint.load_checkpoint, qwen.load_checkpoint):
+        with pytest.raises(CheckpointError, match=f"^{tmp_path / 'nowhere'}: no such folder$"):
+            load(tmp_path / "nowhere")
+        with pytest.raises(CheckpointError, match=f"^{a_file}: not a folder$"):
+            load(a_file)

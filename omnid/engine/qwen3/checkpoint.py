@@ -129,7 +129,7 @@ def _config(folder: Path) -> dict[str, Any] | None:
 def load_checkpoint(folder: Path) -> Checkpoint:
     folder = Path(folder)
     if not folder.is_dir():
-        raise CheckpointError(f"{folder}: not a folder")
+        raise CheckpointError(f"{folder}: " + ("not a folder" if folder.exists() else "no such folder"))
     config_path = folder / "config.json"
     raw = read_json_object(config_path)
     files = tuple(sorted(folder.glob("*.safetensors")))

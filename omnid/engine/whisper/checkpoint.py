@@ -50,7 +50,7 @@ def detect_format(folder: Path) -> str:
     if (folder / "model.safetensors").exists():
         return "transformers"
     if not folder.is_dir():
-        raise CheckpointError(f"{folder}: not a folder")
+        raise CheckpointError(f"{folder}: " + ("not a folder" if folder.exists() else "no such folder"))
     raise CheckpointError(
         f"{folder}: no Whisper checkpoint found (expected model.bin, weights.safetensors, weights.npz "
         "or model.safetensors)"
