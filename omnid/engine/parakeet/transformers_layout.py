@@ -1,6 +1,7 @@
 """The Hugging Face transformers layout of Parakeet (``ParakeetForTDT``, ``ParakeetForRNNT``, ``ParakeetForCTC``),
 the one the reference's Python server reads: ``config.json`` (the transducer's sizes, ``encoder_config``),
-``*.safetensors`` under transformers' names in PyTorch layouts, ``tokenizer.json`` (the SentencePiece pieces as a
+``*.safetensors`` under transformers' names in PyTorch layouts (sharded: the files ``model.safetensors.index.json``
+names), ``tokenizer.json`` (the SentencePiece pieces as a
 ``tokenizers`` model), and the feature extractor's values in ``processor_config.json`` (or the older
 ``preprocessor_config.json``).
 
@@ -32,7 +33,7 @@ from omnid.engine.nemo.transducer_checkpoint import (
     expected_shapes,
     package_tensor,
 )
-from omnid.engine.tensor_file import check_shapes, read_tensors
+from omnid.engine.tensor_file import check_shapes, weight_files
 
 # The transformers classes of Parakeet (a config.json's "architectures"), each a layout this module reads.
 TRANSFORMERS = ("ParakeetForTDT", "ParakeetForRNNT", "ParakeetForCTC")
@@ -83,12 +84,12 @@ def load(folder: Path) -> Checkpoint:
     front = _front(folder, dims.conformer.n_mels)
     vocabulary = _vocabulary(folder / "tokenizer.json")
     check_vocabulary(vocabulary, dims, f"{folder / 'tokenizer.json'}")
-    files = sorted(folder.glob("*.safetensors"))
+    found = weight_files(folder, "*.safetensors")  # a sharded save by its index, else every file
+    files = found.shards
     if not files:
         raise CheckpointError(f"{folder}: no *.safetensors weights")
     weights: dict[str, Any] = {}
-    for path in files:
-        tensors = read_tensors(path)
+    for path, tensors in found.read():
         for name in list(tensors):  # each freed once converted: one copy of the weights held, not two
             t = tensors.pop(name)
             if name.endswith("num_batches_tracked"):
@@ -97,9 +98,9 @@ def load(folder: Path) -> Checkpoint:
             if name in weights:
                 raise CheckpointError(f"{path}: tensor {name} is in more than one weights file")
             weights[name] = array
-    check_shapes(weights, expected_shapes(dims), folder / files[0].name if len(files) == 1 else folder)
+    check_shapes(weights, expected_shapes(dims), files[0] if len(files) == 1 else found.index or folder)
     return Checkpoint(folder, "transformers", front, dims, vocabulary, weights,
-                      [config_path, folder / "tokenizer.json", *files])
+                      [config_path, folder / "tokenizer.json", *found.files])
 
 
 def _dims(config: dict, architecture: str | None, source: Path) -> Dims:

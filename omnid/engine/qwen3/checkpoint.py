@@ -28,7 +28,7 @@ import mlx.core as mx
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
-from omnid.engine.tensor_file import read_tensors
+from omnid.engine.tensor_file import weight_files
 
 FLOAT_DTYPES = {mx.float16, mx.bfloat16, mx.float32}
 
@@ -132,12 +132,13 @@ def load_checkpoint(folder: Path) -> Checkpoint:
         raise CheckpointError(f"{folder}: " + ("not a folder" if folder.exists() else "no such folder"))
     config_path = folder / "config.json"
     raw = read_json_object(config_path)
-    files = tuple(sorted(folder.glob("*.safetensors")))
-    if not files:
+    found = weight_files(folder, "*.safetensors")  # the original repos' shards by their index, else every file
+    if not found.shards:
         raise CheckpointError(f"{folder}: no *.safetensors files (a Qwen3-ASR checkpoint keeps its weights there)")
+    files = found.files
     tensors: dict[str, tuple[mx.array, Path]] = {}
-    for path in files:
-        for name, value in read_tensors(path).items():
+    for path, loaded in found.read():
+        for name, value in loaded.items():
             tensors[name] = (value, path)
     layout = _layout(tensors, config_path)
     thinker = raw.get("thinker_config") if layout != "hf" else raw
@@ -189,6 +190,8 @@ def _dims(thinker: dict[str, Any], path: Path) -> tuple[AudioDims, TextDims]:
     heads = _field(t, "num_attention_heads", int, path)
     hidden = _field(t, "hidden_size", int, path)
     tied = t.get("tie_word_embeddings", thinker.get("tie_word_embeddings", True))
+    rope = t.get("rope_parameters")  # transformers >= 5 saves rope_theta there (its -hf folders)
+    rope_section = rope if "rope_theta" not in t and isinstance(rope, dict) else t
     classes = 0
     if "forced_aligner" in str(thinker.get("model_type", "")):  # the official test: its head classifies times
         classes, tied = _field(thinker, "classify_num", int, path), False
@@ -198,7 +201,8 @@ def _dims(thinker: dict[str, Any], path: Path) -> tuple[AudioDims, TextDims]:
         vocab_size=_field(t, "vocab_size", int, path), hidden_size=hidden,
         intermediate_size=_field(t, "intermediate_size", int, path), layers=_field(t, "num_hidden_layers", int, path),
         heads=heads, kv_heads=_field(t, "num_key_value_heads", int, path),
-        head_dim=_field(t, "head_dim", int, path, hidden // heads), rope_theta=_field(t, "rope_theta", float, path),
+        head_dim=_field(t, "head_dim", int, path, hidden // heads),
+        rope_theta=_field(rope_section, "rope_theta", float, path),
         rms_norm_eps=_field(t, "rms_norm_eps", float, path), tied=bool(tied), classes=classes,
     )
     if audio.d_model % audio.heads or text.heads % text.kv_heads or audio.n_window <= 0 or audio.n_window_infer <= 0:

