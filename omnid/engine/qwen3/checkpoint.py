@@ -2,8 +2,9 @@
 
 * ``qwen``: the original repos (``Qwen/Qwen3-ASR-0.6B``): ``thinker.*`` keys, PyTorch conv layout, bf16, a
   ``config.json`` with ``thinker_config`` and a stored copy of the tied ``thinker.lm_head.weight``;
-* ``mlx``: mlx-community's conversions: no prefix (``audio_tower.*``, ``model.*``), conv weights already in MLX's
-  (out, kH, kW, in) layout, the decoder affine-quantized (``.scales``/``.biases``, ``quantization`` in the config);
+* ``mlx``: mlx-community's conversions (mlx-audio's converter): no prefix (``audio_tower.*``, ``model.*``), conv
+  weights already in MLX's (out, kH, kW, in) layout, the decoder quantized or not (``.scales``, and ``.biases`` in
+  affine mode; ``quantization`` in the config, per module for mixed recipes: :mod:`omnid.engine.qwen3.quantization`);
 * ``hf``: transformers >= 5.13's native layout: top-level ``audio_config``/``text_config``, ``model.audio_tower.*``,
   ``model.language_model.*`` (and ``model.multi_modal_projector.linear_{1,2}``), no audio ``k_proj.bias`` (a
   per-query constant that softmax cancels: loaded as zeros).
@@ -28,6 +29,7 @@ import mlx.core as mx
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
+from omnid.engine.qwen3.quantization import Block, Quantization, packed, read_block
 from omnid.engine.tensor_file import weight_files
 
 FLOAT_DTYPES = {mx.float16, mx.bfloat16, mx.float32}
@@ -70,12 +72,6 @@ class TokenIds:
     audio_pad: int
     audio_start: int
     audio_end: int | None  # often absent from config.json: then the tokenizer's
-
-
-@dataclass(frozen=True)
-class Quantization:
-    group_size: int
-    bits: int
 
 
 @dataclass(frozen=True)
@@ -152,8 +148,9 @@ def load_checkpoint(folder: Path) -> Checkpoint:
     )
     renamed = {_rename(name, layout): entry for name, entry in tensors.items()}
     renamed.pop("unused", None)
-    quant = raw.get("quantization") or raw.get("quantization_config")
-    weights, quantized = _checked(renamed, audio, text, layout, quant, config_path)
+    # The block's per-module entries are under the file's module paths: renamed as the tensors are.
+    block = read_block(raw, config_path, lambda module: _rename(module + ".weight", layout).removesuffix(".weight"))
+    weights, quantized = _checked(renamed, audio, text, layout, block, config_path)
     languages = tuple(str(x) for x in raw.get("support_languages") or thinker.get("support_languages") or ())
     head = renamed.get("lm_head.weight")
     differs = bool(text.tied and head is not None and "text.embed_tokens" not in quantized
@@ -281,7 +278,7 @@ def expected_shapes(a: AudioDims, t: TextDims) -> dict[str, tuple[int, ...]]:
 
 
 def _checked(tensors: dict[str, tuple[mx.array, Path]], a: AudioDims, t: TextDims, layout: str,
-             quant: Any, config_path: Path) -> tuple[dict[str, mx.array], dict[str, Quantization]]:
+             block: Block | None, config_path: Path) -> tuple[dict[str, mx.array], dict[str, Quantization]]:
     shapes = expected_shapes(a, t)
     weights: dict[str, mx.array] = {}
     quantized: dict[str, Quantization] = {}
@@ -296,13 +293,18 @@ def _checked(tensors: dict[str, tuple[mx.array, Path]], a: AudioDims, t: TextDim
         module = name.rsplit(".", 1)[0]
         scales = tensors.get(module + ".scales")
         if scales is not None and name.endswith(".weight"):
-            q = _quantization(module, value, scales[0], want, quant, path)
             biases = tensors.get(module + ".biases")
-            if biases is None or biases[0].shape != scales[0].shape:
-                raise CheckpointError(f"{path}: {module}.biases missing or not shaped like its scales")
-            weights[name], weights[module + ".scales"], weights[module + ".biases"] = value, scales[0], biases[0]
+            q = packed(module, want, value, scales[0], biases[0] if biases else None, block, path)
+            weights[name], weights[module + ".scales"] = value, scales[0]
+            if biases:
+                weights[module + ".biases"] = biases[0]
             quantized[module] = q
             continue
+        if value.dtype == mx.uint32 and name.endswith(".weight"):
+            raise CheckpointError(f"{path}: tensor {name} is packed (uint32), but its {module}.scales is missing")
+        if block is not None and value.ndim == 2 and block.modules.get(module) and block.modules[module].quantized:
+            raise CheckpointError(f"{path}: tensor {name} is a float matrix without {module}.scales, but "
+                                  f"{config_path.name}'s {block.modules[module].key} says it is quantized")
         if value.dtype not in FLOAT_DTYPES:
             raise CheckpointError(f"{path}: tensor {name} has dtype {value.dtype}, expected a float")
         if name.startswith("audio.conv2d") and name.endswith(".weight") and layout != "mlx":
@@ -315,28 +317,10 @@ def _checked(tensors: dict[str, tuple[mx.array, Path]], a: AudioDims, t: TextDim
     if t.tied and head is not None and tuple(head[0].shape) != shapes["text.embed_tokens.weight"]:
         raise CheckpointError(f"{head[1]}: tensor lm_head.weight has shape {tuple(head[0].shape)}, expected "
                               f"{shapes['text.embed_tokens.weight']} (tied to the embedding)")
-    known = set(shapes) | {"lm_head.weight"} | {k for k in tensors if k.endswith((".scales", ".biases"))}
+    known = set(shapes) | {"lm_head.weight"} | {f"{m}.{part}" for m in quantized for part in ("scales", "biases")}
     unknown = sorted(k for k in tensors if k not in known)
     if unknown:
         raise CheckpointError(f"{tensors[unknown[0]][1]}: unexpected tensor {unknown[0]}"
                               + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
     return weights, quantized
 
-
-def _quantization(module: str, packed: mx.array, scales: mx.array, want: tuple[int, ...], quant: Any,
-                  path: Path) -> Quantization:
-    """Bits and group size of one affine-quantized module, from its packed shapes (mixed-precision checkpoints
-    quantize modules differently), checked against the config's ``quantization`` where it says."""
-    rows, cols = want
-    if packed.dtype != mx.uint32 or packed.ndim != 2 or packed.shape[0] != rows or scales.shape[0] != rows:
-        raise CheckpointError(f"{path}: tensor {module}.weight is not an affine-quantized ({rows}, ...) uint32 matrix")
-    bits, rem = divmod(packed.shape[1] * 32, cols)
-    group, grem = divmod(cols, scales.shape[1]) if scales.ndim == 2 and scales.shape[1] else (0, 1)
-    if rem or grem or bits not in (2, 3, 4, 5, 6, 8) or group not in (32, 64, 128):
-        raise CheckpointError(f"{path}: tensor {module}.weight has packed shape {tuple(packed.shape)} and scales "
-                              f"{tuple(scales.shape)}, which fit no affine quantization of {want}")
-    if isinstance(quant, dict) and isinstance(quant.get("bits"), int) and not isinstance(quant.get(module), dict):
-        if (quant.get("bits"), quant.get("group_size", group)) != (bits, group):
-            raise CheckpointError(f"{path}: tensor {module}.weight is packed {bits}-bit in groups of {group}, but "
-                                  f"config.json says {quant.get('bits')}-bit in groups of {quant.get('group_size')}")
-    return Quantization(group, bits)

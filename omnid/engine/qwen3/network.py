@@ -43,9 +43,8 @@ def load_network(folder: Path, pins: Mapping[str, str] | None) -> Network:
         raise CheckpointError(f"{folder / 'tokenizer_config.json'}: {tokenizer.size} tokens for an embedding of "
                               f"{ckpt.text.vocab_size} rows")
     model = Qwen3ASR(ckpt.audio, ckpt.text)
-    # Exactly the modules the checkpoint packed, each at its own width (mixed-precision checkpoints exist).
-    nn.quantize(model, class_predicate=lambda path, _module: (
-        {"group_size": q.group_size, "bits": q.bits} if (q := ckpt.quantized.get(path)) else False))
+    # Exactly the modules the checkpoint packed, each at its own width and mode (mixed recipes exist).
+    nn.quantize(model, class_predicate=lambda path, _module: q.params() if (q := ckpt.quantized.get(path)) else False)
     model.load_weights(list(ckpt.weights.items()), strict=True)
     mx.eval(model.parameters())
     return Network(ckpt, model, tokenizer, pin_report)
@@ -53,7 +52,8 @@ def load_network(folder: Path, pins: Mapping[str, str] | None) -> Network:
 
 def numpy_decoder(net: Network, wanted: bool | None) -> NumpyDecoder | None:
     """The decoder in numpy on the CPU backend (see cpu_decoder.py: twice as fast there); None for MLX's, on Metal
-    and for quantized decoders, which numpy cannot multiply. ``wanted``: forced on or off (tests)."""
+    and by default for quantized decoders (numpy would multiply a float32 copy of them, widened at load: the
+    quantized kernels keep the small weights). ``wanted``: forced on or off (tests)."""
     if wanted is None:
         wanted = mx.default_device() == mx.cpu and not net.checkpoint.quantized
     return NumpyDecoder(net.model, net.checkpoint.text) if wanted else None
