@@ -5,8 +5,9 @@ and is bound by memory bandwidth. OpenBLAS's gemv, through numpy, reads a weight
 CPU backend multiplies a single row. In the prefill, matrix products cost the same in both (both call OpenBLAS),
 but MLX's CPU exp is a scalar loop and the attention softmax of a long prompt dominated it. So on the
 CPU the decoder runs here (bench/qwen3_asr_speed.py: per token and prefill against an all-MLX port), on
-zero-copy numpy views of the model's own MLX weights (no second copy in memory);
-on Metal, and for quantized decoders, the MLX model runs. The arithmetic is the MLX decoder's (float32 RMSNorm,
+zero-copy numpy views of the model's own MLX weights (no second copy in memory); a quantized module (any mode MLX
+packs: affine, mxfp4, nvfp4, mxfp8) is widened to float32 once, here, by MLX's own dequantize (a float copy of it);
+on Metal, and by default for quantized decoders, the MLX model runs. The arithmetic is the MLX decoder's (float32 RMSNorm,
 rotate-half RoPE, grouped-query causal attention, SwiGLU, tied head), checked against it and against the official
 goldens by the tests.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import CPU_THREADS, by_rows, by_share
@@ -59,6 +61,16 @@ def _view(a: mx.array) -> np.ndarray:
     return view
 
 
+def _weight(module: nn.Module) -> np.ndarray:
+    """A Linear's or Embedding's float32 weight: a view of a float one, a quantized one widened in its own mode."""
+    if not isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+        return _view(module.weight)
+    wide = mx.dequantize(module.weight, module.scales, module.get("biases"), group_size=module.group_size,
+                         bits=module.bits, mode=module.mode, dtype=mx.float32)
+    mx.eval(wide)
+    return _view(wide)
+
+
 @dataclass(frozen=True)
 class _Layer:
     q: np.ndarray
@@ -94,16 +106,15 @@ class NumpyDecoder:
         self.eps, self.heads, self.kv_heads, self.head_dim = dims.rms_norm_eps, dims.heads, dims.kv_heads, dims.head_dim
         theta, head_dim = dims.rope_theta, dims.head_dim
         self.layers = [
-            _Layer(*(_view(w) for w in (
-                layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight,
-                layer.self_attn.o_proj.weight, layer.self_attn.q_norm.weight, layer.self_attn.k_norm.weight,
-                layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight, layer.mlp.down_proj.weight,
-                layer.input_layernorm.weight, layer.post_attention_layernorm.weight)))
+            _Layer(*(_weight(m) for m in (
+                layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
+                layer.self_attn.q_norm, layer.self_attn.k_norm, layer.mlp.gate_proj, layer.mlp.up_proj,
+                layer.mlp.down_proj, layer.input_layernorm, layer.post_attention_layernorm)))
             for layer in t.layers
         ]
-        self.embed = _view(t.embed_tokens.weight)
+        self.embed = _weight(t.embed_tokens)
         self.norm = _view(t.norm.weight)
-        self.head = self.embed if model.tied else _view(model.lm_head.weight)
+        self.head = self.embed if model.tied else _weight(model.lm_head)
         self.inv_freq = (1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)).astype(np.float32)
 
     def row(self, capacity: int) -> Row:

@@ -296,9 +296,14 @@ class Qwen3ASR(nn.Module):
             return self.text.embed_tokens.as_linear(hidden)
         return self.lm_head(hidden)
 
+    def token_embeddings(self, tokens: mx.array) -> mx.array:
+        """Float32 rows of the embedding: a quantized one in the floating-point modes (mxfp4, nvfp4, mxfp8) gives
+        bfloat16 (its values exact there), widened so that the network computes in float32 whatever the mode."""
+        return self.text.embed_tokens(tokens).astype(mx.float32)
+
     def embed(self, ids: list[int], audio_pad: int, audio: mx.array | None) -> mx.array:
         """Prompt embeddings with the audio embeddings in the ``<|audio_pad|>`` slots, in order."""
-        x = self.text.embed_tokens(mx.array(ids, dtype=mx.int32))
+        x = self.token_embeddings(mx.array(ids, dtype=mx.int32))
         slots = [i for i, t in enumerate(ids) if t == audio_pad]
         if audio is None or not slots:
             return x[None]

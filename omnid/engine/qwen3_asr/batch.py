@@ -143,7 +143,7 @@ class MlxLane(_Lane):
     def step(self) -> np.ndarray:
         tokens = mx.array([[s.tokens[-1]] for s in self.sequences], dtype=mx.int32)
         caches = [[row[i] for row in self.rows] for i in range(len(self.model.text.layers))]
-        hidden = self.model.text(self.model.text.embed_tokens(tokens), caches)
+        hidden = self.model.text(self.model.token_embeddings(tokens), caches)
         logits = self.model.logits(hidden[:, -1])
         mx.eval(logits)
         return np.array(logits, dtype=np.float32)
