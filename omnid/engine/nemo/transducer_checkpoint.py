@@ -105,6 +105,14 @@ def nemo_config(path: Path) -> dict | None:
         return None
 
 
+def ctc_model(config: dict) -> bool:
+    """A CTC model's config (NeMo's EncDecCTCModelBPE, parakeet-mlx's ParakeetCTC): its ``decoder`` is the CTC head
+    (a ConvASRDecoder), and there is no joint."""
+    decoder = config.get("decoder")
+    return not isinstance(config.get("joint"), dict) and isinstance(decoder, dict) \
+        and str(decoder.get("_target_", "")).endswith("ConvASRDecoder") and "prednet" not in decoder
+
+
 def prompted(config: dict) -> bool:
     """A prompt model's config (Nemotron's): a prompt dictionary in its model defaults."""
     defaults = config.get("model_defaults")
@@ -113,7 +121,8 @@ def prompted(config: dict) -> bool:
 
 def check_vocabulary(vocabulary: Vocabulary, dims: Dims, source: str) -> None:
     if len(vocabulary) != dims.vocabulary:
-        raise CheckpointError(f"{source} has {len(vocabulary)} pieces; the joint's vocabulary has {dims.vocabulary}")
+        head = "the joint's" if dims.transducer else "the CTC head's"
+        raise CheckpointError(f"{source} has {len(vocabulary)} pieces; {head} vocabulary has {dims.vocabulary}")
 
 
 def package_tensor(name: str, t: np.ndarray) -> tuple[str, np.ndarray]:
@@ -155,7 +164,8 @@ def model_config(cfg: dict, source: Path, streaming: bool = False) -> tuple[Dims
     pre = archive.section(cfg, "preprocessor", source)
     enc = archive.section(cfg, "encoder", source)
     dec = archive.section(cfg, "decoder", source)
-    joint = archive.section(cfg, "joint", source)
+    ctc_only = not streaming and ctc_model(cfg)  # the decoder is the CTC head: no prediction network, no joint
+    joint = {} if ctc_only else archive.section(cfg, "joint", source)
     decoding = cfg["decoding"] if isinstance(cfg.get("decoding"), dict) else {}
     get = archive.getter(source)
     switches = [(enc, key, want) for key, want in (STREAMING if streaming else OFFLINE).items()]
@@ -172,7 +182,7 @@ def model_config(cfg: dict, source: Path, streaming: bool = False) -> tuple[Dims
         raise CheckpointError(f"{source}: preprocessor.normalize is {normalize!r}; per_feature or NA are supported")
     if float(pre.get("log_zero_guard_value", 2**-24)) != 2**-24:
         raise CheckpointError(f"{source}: unsupported preprocessor log guard")
-    activation = archive.section(joint, "jointnet", source).get("activation", "relu")
+    activation = "relu" if ctc_only else archive.section(joint, "jointnet", source).get("activation", "relu")
     if activation != "relu":
         raise CheckpointError(f"{source}: joint activation {activation!r}; only relu is supported")
     d_model = get(enc, "d_model", int)
@@ -184,6 +194,8 @@ def model_config(cfg: dict, source: Path, streaming: bool = False) -> tuple[Dims
         subsampling_channels=get(enc, "subsampling_conv_channels", int), xscaling=bool(enc.get("xscaling", True)),
         bias=bool(enc.get("use_bias", True)), causal=streaming,
         conv_norm="layer_norm" if streaming else "batch_norm")
+    if ctc_only:
+        return _ctc_dims(dec, conformer, source), _front_end(pre, enc, conformer, normalize, source)
     prednet = archive.section(dec, "prednet", source)
     jointnet = archive.section(joint, "jointnet", source)
     extra = int(joint.get("num_extra_outputs", 0) or 0)
@@ -199,6 +211,31 @@ def model_config(cfg: dict, source: Path, streaming: bool = False) -> tuple[Dims
     dims = Dims(conformer=conformer, vocabulary=get(dec, "vocab_size", int), pred_hidden=get(prednet, "pred_hidden", int),
                 pred_layers=get(prednet, "pred_rnn_layers", int), joint_hidden=get(jointnet, "joint_hidden", int),
                 durations=durations, max_symbols=max_symbols, ctc=isinstance(cfg.get("aux_ctc"), dict))
+    return dims, _front_end(pre, enc, conformer, normalize, source)
+
+
+def _ctc_dims(dec: dict, conformer: ConformerDims, source: Path) -> Dims:
+    """A CTC model's sizes: its head's classes (``num_classes``, or the vocabulary's length where it is not set, as
+    NeMo's ConvASRDecoder takes them) over the encoder's width."""
+    get = archive.getter(source)
+    classes = dec.get("num_classes", -1)
+    if isinstance(classes, bool) or not isinstance(classes, int):
+        raise CheckpointError(f"{source}: decoder.num_classes must be an integer, not {classes!r}")
+    if classes <= 0:
+        pieces = dec.get("vocabulary")
+        classes = len(pieces) if isinstance(pieces, list) else 0
+    if classes <= 0:
+        raise CheckpointError(f"{source}: decoder.num_classes is not set and decoder.vocabulary is empty")
+    if get(dec, "feat_in", int) != conformer.d_model:
+        raise CheckpointError(f"{source}: decoder.feat_in is {dec.get('feat_in')!r}; the encoder's d_model is "
+                              f"{conformer.d_model}")
+    return Dims(conformer=conformer, vocabulary=classes, pred_hidden=0, pred_layers=0, joint_hidden=0, durations=(),
+                max_symbols=DEFAULT_MAX_SYMBOLS, ctc=True, transducer=False)
+
+
+def _front_end(pre: dict, enc: dict, conformer: ConformerDims, normalize: str, source: Path) -> FrontEnd:
+    get = archive.getter(source)
+    n_mels, d_model = conformer.n_mels, conformer.d_model
     rate = get(pre, "sample_rate", int)
     front = FrontEnd(sample_rate=rate, n_mels=n_mels, n_fft=get(pre, "n_fft", int),
                      win_length=round(get(pre, "window_size", float) * rate),
@@ -207,4 +244,4 @@ def model_config(cfg: dict, source: Path, streaming: bool = False) -> tuple[Dims
     if front.sample_rate != 16000 or front.win_length > front.n_fft or conformer.subsampling_factor != 8 \
             or d_model % conformer.heads or get(enc, "feat_in", int) != n_mels:
         raise CheckpointError(f"{source}: unsupported front end or encoder ({front}, {conformer})")
-    return dims, front
+    return front

@@ -23,6 +23,7 @@ from omnid.engine.nemo.transducer_checkpoint import (
     Checkpoint,
     Dims,
     check_vocabulary,
+    ctc_model,
     expected_shapes,
     model_config,
     nemo_config,
@@ -38,24 +39,30 @@ from omnid.engine.tensor_file import check_shapes
 
 def is_parakeet(path: Path) -> bool:
     """Whether a path holds a Parakeet checkpoint in any of its layouts, for `omnid transcribe --model PATH`: a
-    ``.nemo`` whose config has a transducer's decoder and joint (where a Sortformer's has its own modules), an
-    mlx-community folder or a transformers folder."""
+    ``.nemo`` whose config has a transducer's decoder and joint, or a CTC model's head as its decoder (where a
+    Sortformer's has its own modules), an mlx-community folder or a transformers folder."""
     path = Path(path)
     if path.is_dir() and (is_mlx_folder(path) or transformers_architecture(path)):
         return True
     config = nemo_config(path)
     if config is None:
         return False
-    return isinstance(config.get("joint"), dict) and isinstance(config.get("decoder"), dict) and not prompted(config)
+    transducer = isinstance(config.get("joint"), dict) and isinstance(config.get("decoder"), dict)
+    return (transducer or ctc_model(config)) and not prompted(config)
 
 
 def is_mlx_folder(path: Path) -> bool:
-    """mlx-community's layout (parakeet-mlx's): a NeMo config as config.json, with its vocabulary in the joint."""
+    """mlx-community's layout (parakeet-mlx's): a NeMo config as config.json, with its vocabulary in the joint (a
+    transducer's) or in the decoder (a CTC model's, whose decoder is the CTC head)."""
     try:
         config = json.loads((Path(path) / "config.json").read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(config, dict) and isinstance(config.get("joint"), dict) and "vocabulary" in config["joint"]
+    if not isinstance(config, dict):
+        return False
+    if isinstance(config.get("joint"), dict):
+        return "vocabulary" in config["joint"]
+    return ctc_model(config) and "vocabulary" in config["decoder"]
 
 
 def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
@@ -70,7 +77,8 @@ def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
         nemo = nemo_file(path)
         if nemo is None:
             raise CheckpointError(f"{path}: not a Parakeet .nemo file, a folder holding exactly one, or an "
-                                  "mlx-community folder (config.json with joint.vocabulary, model.safetensors)")
+                                  "mlx-community folder (config.json with joint.vocabulary or a CTC model's "
+                                  "decoder.vocabulary, model.safetensors)")
         ckpt = _load_nemo(nemo)
     if pins:
         verify(ckpt.files, pins)
@@ -94,7 +102,7 @@ def read_nemo(path: Path) -> tuple[archive.NemoFile, Dims, FrontEnd, Vocabulary]
 
 def _load_nemo(path: Path) -> Checkpoint:
     nemo, dims, front, vocabulary = read_nemo(path)
-    weights = nemo_weights(nemo, front, path)
+    weights = ctc_head_names(nemo_weights(nemo, front, path), dims)
     check_shapes(weights, expected_shapes(dims), path)
     return Checkpoint(path, "nemo", front, dims, vocabulary, weights, [path])
 
@@ -107,11 +115,25 @@ def _load_mlx(folder: Path) -> Checkpoint:
     if not weights_path.is_file():
         raise CheckpointError(f"{folder}: model.safetensors is missing")
     dims, front = model_config(config, config_path)
-    pieces = config["joint"]["vocabulary"]
+    key = "joint" if dims.transducer else "decoder"  # a CTC model's vocabulary is its head's
+    pieces = config[key]["vocabulary"]
     if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
-        raise CheckpointError(f"{config_path}: joint.vocabulary must be a list of strings")
+        raise CheckpointError(f"{config_path}: {key}.vocabulary must be a list of strings")
     vocabulary = Vocabulary.from_pieces(pieces)
-    check_vocabulary(vocabulary, dims, f"{config_path}: joint.vocabulary")
-    weights = mlx_folder_weights(weights_path)
+    check_vocabulary(vocabulary, dims, f"{config_path}: {key}.vocabulary")
+    weights = ctc_head_names(mlx_folder_weights(weights_path), dims)
     check_shapes(weights, expected_shapes(dims), weights_path)
     return Checkpoint(folder, "mlx", front, dims, vocabulary, weights, [config_path, weights_path])
+
+
+def ctc_head_names(weights: dict, dims: Dims) -> dict:
+    """A CTC model's head is its ``decoder`` (NeMo's and parakeet-mlx's name): under the hybrid's CTC head's names
+    here, its 1x1 convolution (O, 1, I in MLX's layout) as a linear map. A transducer's weights as they are."""
+    if dims.transducer:
+        return weights
+    for part in ("weight", "bias"):
+        name = f"decoder.decoder_layers.0.{part}"
+        if name in weights:
+            t = weights.pop(name)
+            weights[f"ctc_decoder.decoder_layers.0.{part}"] = t[:, 0, :] if t.ndim == 3 else t
+    return weights

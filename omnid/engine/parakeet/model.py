@@ -41,7 +41,8 @@ class Parakeet:
         return np.array(out)
 
     def decode(self, encoded: np.ndarray, ctc: bool = False) -> list[Token]:
-        if ctc:
+        """Greedy tokens: the transducer's, or the CTC head's when asked (a hybrid) or when it is the only one."""
+        if ctc or self.transducer is None:
             if self.ctc is None:
                 raise ValueError("this checkpoint has no CTC head")
             return self.ctc.greedy(encoded)
