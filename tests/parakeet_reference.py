@@ -35,7 +35,9 @@ def load(folder: Path):
 
 
 def greedy(model, mel: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """Its encoder output and greedy (token id, frame) pairs on a given log-mel."""
+    """Its encoder output and greedy (token id, frame) pairs on a given log-mel (a transducer's decode returns its
+    tokens and states, ParakeetCTC's the tokens alone; a CTC token's start is its run's first frame)."""
     features, lengths = model.encoder(mx.array(mel)[None])
-    tokens, _ = model.decode(features, lengths)
+    decoded = model.decode(features, lengths)
+    tokens = decoded[0] if isinstance(decoded, tuple) else decoded
     return np.array(features[0]), [(t.id, round(t.start / 0.08)) for t in tokens[0]]
