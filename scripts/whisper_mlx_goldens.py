@@ -23,6 +23,13 @@ imports its transcription stack: numba, scipy), so convert.py and mlx_whisper's 
 its model gives for a start sequence and a few text tokens over a seeded random log-mel window (``MEL_SEED``), at
 every 13th token id and every special and timestamp id.
 
+Quantized folders (``en-q4``, ``en-q8``, ``v3-q4``: three, since the 8-bit vocabulary alone is 3.3 MB): convert.py
+``-q`` (``nn.quantize`` of every Linear and Embedding, its default group size 64, ``--q-bits`` 4 or 8, float16
+scales and biases), on tiny random checkpoints of width 64 (``QSTATE``: a group of 64 must divide every quantized
+input). ``quantized.npz`` records mlx-whisper's logits on each quantized folder and on the float32 conversion of the
+same checkpoint (``*_float``), over the same mel window and tokens, so that a test knows mlx-whisper's own
+float-versus-quantized difference.
+
 ``tokens.json`` records what mlx-whisper's tokenizer (``get_tokenizer``, its shipped rank files) gives for each
 vocabulary size (51864, 51865, 51866): the ids of many texts in several languages, their decoding, the special
 tokens, every language token, the non-speech tokens and the start sequences.
@@ -78,14 +85,19 @@ TEXTS = [
 ]
 
 
-def tiny_hf(folder: Path, n_mels: int, n_vocab: int, seed: int) -> None:
+# name -> (n_mels, n_vocab, --q-bits): quantized with convert.py -q at its default group size (64)
+QUANTIZED = {"en-q4": (80, 51864, 4), "en-q8": (80, 51864, 8), "v3-q4": (128, 51866, 4)}
+QSTATE = 64
+
+
+def tiny_hf(folder: Path, n_mels: int, n_vocab: int, seed: int, n: int = STATE) -> None:
     """A random WhisperForConditionalGeneration checkpoint: its config keys, tensor names and torch shapes."""
     rng = np.random.default_rng(seed)
-    n = STATE
+    scale = 0.5 * (STATE / n) ** 0.5  # the same spread of activations at any width
     w: dict[str, np.ndarray] = {}
 
     def add(name: str, *shape: int) -> None:
-        w[name] = rng.normal(0, 0.5, shape).astype(np.float32)
+        w[name] = rng.normal(0, scale, shape).astype(np.float32)
 
     add("model.encoder.conv1.weight", n, n_mels, 3)
     add("model.encoder.conv1.bias", n)
@@ -145,9 +157,11 @@ def stand_ins(mlx_whisper_dir: Path) -> None:
     sys.modules["mlx_whisper.torch_whisper"] = torch_whisper
 
 
-def convert(convert_py: Path, hf: Path, out: Path, dtype: str) -> None:
+def convert(convert_py: Path, hf: Path, out: Path, dtype: str, bits: int | None = None) -> None:
     argv = sys.argv
     sys.argv = [str(convert_py), "--torch-name-or-path", str(hf), "--mlx-path", str(out), "--dtype", dtype]
+    if bits is not None:
+        sys.argv += ["-q", "--q-bits", str(bits)]
     try:
         runpy.run_path(str(convert_py), run_name="__main__")
     finally:
@@ -221,8 +235,18 @@ def main() -> None:
             hf = Path(tmp) / f"hf-{name}"
             tiny_hf(hf, n_mels, n_vocab, seed)
             convert(convert_py, hf, OUT / name, dtype)
-    arrays = {f"{name}_{key}": value for name in MODELS for key, value in logits(OUT / name, get_tokenizer).items()}
-    np.savez_compressed(OUT / "logits.npz", **arrays)
+        arrays = {f"{name}_{key}": value for name in MODELS for key, value in logits(OUT / name, get_tokenizer).items()}
+        np.savez_compressed(OUT / "logits.npz", **arrays)
+        quantized: dict[str, np.ndarray] = {}
+        for seed, (name, (n_mels, n_vocab, bits)) in enumerate(QUANTIZED.items(), start=len(MODELS)):
+            hf = Path(tmp) / f"hf-{name}"
+            tiny_hf(hf, n_mels, n_vocab, seed // 2 * 2, QSTATE)  # q4 and q8 of one model quantize the same weights
+            convert(convert_py, hf, OUT / name, "float16", bits)
+            convert(convert_py, hf, Path(tmp) / f"{name}-float", "float32")
+            for key, value in logits(OUT / name, get_tokenizer).items():
+                quantized[f"{name}_{key}"] = value
+            quantized[f"{name}_float"] = logits(Path(tmp) / f"{name}-float", get_tokenizer)["logits"]
+        np.savez_compressed(OUT / "quantized.npz", **quantized)
     (OUT / "tokens.json").write_text(json.dumps(tokens(get_tokenizer), ensure_ascii=False, indent=1) + "\n")
     for path in sorted(OUT.rglob("*")):
         if path.is_file():
