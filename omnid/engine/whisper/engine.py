@@ -22,7 +22,7 @@ from omnid.engine.options import TranscribeOptions
 from omnid.engine.transcript import Segment, Transcript, Word
 from omnid.engine.whisper.alignment import word_timestamps
 from omnid.engine.whisper.batch import Decode, Encode, Program, WhisperBatch, run_alone
-from omnid.engine.whisper.checkpoint import VOCABULARY_KEY, load_checkpoint
+from omnid.engine.whisper.checkpoint import VOCABULARY_KEY, build_model, load_checkpoint
 from omnid.engine.whisper.decoding import (
     TIME_PRECISION,
     DecodeOptions,
@@ -39,7 +39,6 @@ from omnid.engine.whisper.mel import (
     SAMPLE_RATE,
     log_mel_spectrogram,
 )
-from omnid.engine.whisper.model import Whisper
 from omnid.engine.whisper.options import WhisperOptions
 from omnid.engine.whisper.tokenizer import WhisperTokenizer, tokenizer_files
 
@@ -56,7 +55,9 @@ class WhisperEngine:
         started = time.perf_counter()
         self.model_id, self.options = model_id, options
         self.folder = Path(folder)
-        ckpt = load_checkpoint(self.folder)
+        # A quantized checkpoint runs MLX's quantized layers on Metal; on MLX's CPU device the encoder and the decode
+        # steps run in numpy over the layers' weights, so its weights are widened to float32 at load.
+        ckpt = load_checkpoint(self.folder, keep_quantized=mx.default_device() != mx.cpu)
         tok_files = tokenizer_files(self.folder)
         self.pin_report = pinning.verify(list(ckpt.files) + tok_files, pins or {})
         self.dims = ckpt.dims
@@ -69,9 +70,7 @@ class WhisperEngine:
                 f"{self.tokenizer.source}: tokenizer does not fit the model (timestamps start at "
                 f"{self.tokenizer.timestamp_begin}, vocabulary has {ckpt.dims.n_vocab})"
             )
-        self.model = Whisper(ckpt.dims)
-        self.model.load_weights(list(ckpt.weights.items()))
-        mx.eval(self.model.parameters())
+        self.model = build_model(ckpt)
         self.model.decoder.freeze_projection()
         self.alignment_heads = ckpt.alignment_heads
         tok = self.tokenizer
