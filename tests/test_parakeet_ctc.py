@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from omnid.engine.errors import CheckpointError
+from omnid.engine.kinds import recognise
 from omnid.engine.parakeet import kind as parakeet_kind
 from omnid.engine.parakeet.checkpoint import load
 from omnid.engine.parakeet.model import Parakeet
@@ -43,6 +44,7 @@ def test_the_ctc_nemo_is_nemos_ctc_model_and_recorded_as_the_hybrids_ctc_decodin
 
 def test_a_ctc_nemo_is_recognised_as_parakeet_and_has_only_the_ctc_head() -> None:
     assert parakeet_kind.recognises(CTC) and parakeet_kind.layout(CTC) == "nemo"
+    assert recognise(CTC).name == "parakeet"
     p = model()
     assert p.transducer is None and p.ctc is not None and not p.dims.transducer
     assert len(p.vocabulary) == p.dims.vocabulary == 64
@@ -80,6 +82,7 @@ def test_the_mlx_community_ctc_folder_has_parakeet_mlxs_layout(tmp_path: Path) -
     assert "joint" not in config and config["target"].endswith("EncDecCTCModelBPE")
     assert config["decoder"]["vocabulary"] == list(model().vocabulary.pieces)
     assert parakeet_kind.recognises(folder) and parakeet_kind.layout(folder) == "mlx"
+    assert recognise(folder).name == "parakeet"  # not Whisper's folder, which Parakeet shadows
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
