@@ -28,7 +28,7 @@ Quantized folders (``en-q4``, ``en-q8``, ``v3-q4``: three, since the 8-bit vocab
 scales and biases), on tiny random checkpoints of width 64 (``QSTATE``: a group of 64 must divide every quantized
 input). ``quantized.npz`` records mlx-whisper's logits on each quantized folder and on the float32 conversion of the
 same checkpoint (``*_float``), over the same mel window and tokens, so that a test knows mlx-whisper's own
-float-versus-quantized difference.
+float-versus-quantized difference; and its greedy tokens on each quantized folder with their margins (``*_greedy``).
 
 ``tokens.json`` records what mlx-whisper's tokenizer (``get_tokenizer``, its shipped rank files) gives for each
 vocabulary size (51864, 51865, 51866): the ids of many texts in several languages, their decoding, the special
@@ -184,6 +184,30 @@ def logits(folder: Path, get_tokenizer) -> dict[str, np.ndarray]:
     return {"ids": np.array(ids, np.int64), "vocab": vocab, "logits": out[:, vocab]}
 
 
+GREEDY_STEPS = 16
+
+
+def greedy(folder: Path, get_tokenizer) -> dict[str, np.ndarray]:
+    """mlx-whisper's greedy tokens on the folder (the plain argmax, no suppression) after the start sequence and
+    ``<|notimestamps|>``, over the same mel window, each with its margin over the runner-up."""
+    from mlx_whisper.load_models import load_model
+
+    model = load_model(str(folder), mx.float32)
+    dims = model.dims
+    multilingual = dims.n_vocab >= 51865
+    tok = get_tokenizer(multilingual, num_languages=model.num_languages, language="de" if multilingual else None)
+    ids = [*tok.sot_sequence, tok.no_timestamps]
+    mel = np.random.default_rng(MEL_SEED).standard_normal((1, 2 * dims.n_audio_ctx, dims.n_mels)).astype(np.float32)
+    audio = model.embed_audio(mx.array(mel))
+    sampled, margins = [], []
+    for _ in range(GREEDY_STEPS):
+        last = np.array(model.logits(mx.array([ids + sampled]), audio)[0, -1].astype(mx.float32))
+        top = np.sort(last)
+        sampled.append(int(last.argmax()))
+        margins.append(float(top[-1] - top[-2]))
+    return {"greedy": np.array(sampled, np.int64), "greedy_margin": np.array(margins, np.float32)}
+
+
 def tokens(get_tokenizer) -> dict:
     result = {}
     for n_vocab in (51864, 51865, 51866):
@@ -243,7 +267,7 @@ def main() -> None:
             tiny_hf(hf, n_mels, n_vocab, seed // 2 * 2, QSTATE)  # q4 and q8 of one model quantize the same weights
             convert(convert_py, hf, OUT / name, "float16", bits)
             convert(convert_py, hf, Path(tmp) / f"{name}-float", "float32")
-            for key, value in logits(OUT / name, get_tokenizer).items():
+            for key, value in {**logits(OUT / name, get_tokenizer), **greedy(OUT / name, get_tokenizer)}.items():
                 quantized[f"{name}_{key}"] = value
             quantized[f"{name}_float"] = logits(Path(tmp) / f"{name}-float", get_tokenizer)["logits"]
         np.savez_compressed(OUT / "quantized.npz", **quantized)

@@ -193,3 +193,45 @@ def test_a_quantization_block_over_float_weights_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match=r"config\.json: has a quantization block, but weights\.safetensors "
                                               "holds no quantized tensor"):
         load_checkpoint(folder)
+
+
+def _compared(got: list[int], want, name: str) -> int:
+    """How many of mlx-whisper's greedy tokens must match: all up to its first margin under twice the tolerance."""
+    margins = want[f"{name}_greedy_margin"]
+    n = int(np.argmax(margins <= 2 * ATOL)) if (margins <= 2 * ATOL).any() else len(margins)
+    assert got[:n] == want[f"{name}_greedy"][:n].tolist()
+    return n
+
+
+@pytest.mark.parametrize("name, at_least", [("en-q4", 16), ("en-q8", 11), ("v3-q4", 16)])
+def test_quantized_folder_gives_mlx_whispers_greedy_tokens_in_both_paths(name, at_least, want):
+    """The plain argmax after the start sequence: on the widened weights the decode steps run in numpy
+    (TextDecoder.cpu_step, as the engine runs them on MLX's CPU device); on the packed ones through MLX's quantized
+    layers with their key-value caches (as on Metal)."""
+    from omnid.engine.whisper.engine import WhisperEngine
+
+    engine = WhisperEngine(name, GOLDENS / name)
+    packed = build_model(load_checkpoint(GOLDENS / name, keep_quantized=True))
+    tok, dims = engine.tokenizer, engine.dims
+    prompt = [*tok.sot_sequence("de" if dims.is_multilingual else None), tok.no_timestamps]
+    mel = mx.array(np.random.default_rng(7).standard_normal((1, 2 * dims.n_audio_ctx, dims.n_mels)), mx.float32)
+
+    decoder = engine.model.decoder
+    cross = decoder.cross_kv(engine.model.encoder(mel))
+    hidden, caches = decoder(mx.array([prompt]), None, kv_cache=cross)
+    row = decoder.cpu_step.row([c[0] for c in caches], cross)
+    numpy_tokens = [int(np.array(decoder.logits(hidden[:, -1]))[0].argmax())]
+    while len(numpy_tokens) < len(want[f"{name}_greedy"]):
+        numpy_tokens.append(int(decoder.cpu_step.step([numpy_tokens[-1]], [row])[0].argmax()))
+
+    x = packed.encoder.front(mel)
+    for block in packed.encoder.blocks:
+        x, _ = block(x)
+    hidden, caches = packed.decoder(mx.array([prompt]), packed.encoder.ln_post(x))
+    mlx_tokens = [int(np.array(packed.decoder.logits(hidden[:, -1]))[0].argmax())]
+    while len(mlx_tokens) < len(want[f"{name}_greedy"]):
+        hidden, caches = packed.decoder(mx.array([mlx_tokens[-1:]]), None, kv_cache=caches)
+        mlx_tokens.append(int(np.array(packed.decoder.logits(hidden[:, -1]))[0].argmax()))
+
+    assert _compared(numpy_tokens, want, name) >= at_least
+    assert _compared(mlx_tokens, want, name) >= at_least
