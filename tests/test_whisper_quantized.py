@@ -56,14 +56,19 @@ def _check(got, want, name):
 @pytest.mark.parametrize("name", QUANTIZED)
 def test_quantized_folder_widened_for_the_cpu_gives_mlx_whispers_logits(name, want):
     """The engine on MLX's CPU device: each quantized module's weight widened to float32 at load (mx.dequantize),
-    the encoder's blocks in numpy over them."""
+    the encoder's blocks in numpy over them. omnid doctor's layout line gives the bits."""
     from omnid.engine.whisper.engine import WhisperEngine
+    from omnid.engine.whisper.kind import KIND
+
+    n_vocab = 51866 if name.startswith("v3") else 51864
 
     folder = GOLDENS / name
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "weights.safetensors"]
     assert json.loads((folder / "config.json").read_text())["quantization"] == {"group_size": 64,
                                                                                  "bits": QUANTIZED[name]}
     assert mx.default_device() == mx.cpu
+    assert KIND.layout(folder) == (f"mlx {QUANTIZED[name]}-bit (group 64), tokenizer: shipped "
+                                   f"{'multilingual' if name.startswith('v3') else 'gpt2'} ranks (n_vocab {n_vocab})")
     engine = WhisperEngine(name, folder)
     block = engine.model.decoder.blocks[0]
     assert type(block.mlp1) is nn.Linear and block.mlp1.weight.dtype == mx.float32

@@ -45,12 +45,23 @@ def layout(path: Path) -> str:
     from omnid.engine.whisper.tokenizer import shipped_ranks, tokenizer_files
 
     fmt = detect_format(path)
+    name = fmt + _quantized(path) if fmt == "mlx" else fmt
     if fmt == "ctranslate2" or tokenizer_files(path):
-        return fmt
+        return name
     # No tokenizer file (mlx-community's folders): the shipped ranks its vocabulary size names, or the reason none.
     n_vocab, config = vocabulary_size(path, fmt)
     ranks = shipped_ranks(n_vocab, config, VOCABULARY_KEY[fmt])
-    return f"{fmt}, tokenizer: shipped {ranks.name} ranks ({VOCABULARY_KEY[fmt]} {n_vocab})"
+    return f"{name}, tokenizer: shipped {ranks.name} ranks ({VOCABULARY_KEY[fmt]} {n_vocab})"
+
+
+def _quantized(path: Path) -> str:
+    """`` 4-bit (group 64)`` for a quantized mlx-community folder (its config.json's block, checked at load)."""
+    from omnid.engine.json_file import read_json_object
+
+    block = read_json_object(path / "config.json").get("quantization")
+    if not isinstance(block, dict):
+        return ""
+    return f" {block.get('bits')}-bit (group {block.get('group_size')})"
 
 
 def recognises(path: Path) -> bool:
