@@ -184,7 +184,9 @@ def test_pins_pass_and_mismatch_names_the_file(tiny_folder, tmp_path):
 MLX_GOLDENS = Path(__file__).parent / "goldens" / "whisper_mlx_tiny"
 
 
-@pytest.mark.parametrize("name, ranks, languages", [("en", "gpt2", ("en",)), ("v3", "multilingual", 100)])
+# large-v3's 51866 vocabulary and 128 mels load from convert.py's v3-q4 folder (tests/test_whisper_quantized.py);
+# its float32 twin is not kept (tests/goldens/ stays under 32 MiB).
+@pytest.mark.parametrize("name, ranks, languages", [("en", "gpt2", ("en",))])
 def test_convert_py_output_loads_without_a_tokenizer_file(name, ranks, languages):
     from omnid.engine.whisper.engine import WhisperEngine
     from omnid.engine.whisper.kind import KIND
@@ -241,10 +243,10 @@ def test_a_tokenizer_less_transformers_folder_takes_the_ranks_its_vocab_size_nam
         WhisperEngine("odd", folder)
 
 
-@pytest.mark.parametrize("name, atol", [("en", 2e-3), ("v3", 1e-4)])
+@pytest.mark.parametrize("name, atol", [("en", 2e-3)])
 def test_convert_py_output_gives_mlx_whispers_logits(name, atol):
     """omnid's model on convert.py's folder gives the logits mlx-whisper 0.4.3's load_model and model gave
-    (logits.npz): the start sequence from the shipped ranks, then text. v3 is float32 throughout; en is float16 on
+    (logits.npz): the start sequence from the shipped ranks, then text. en is float16 on
     disk, which mlx-whisper keeps as its parameters, so its decoder's embeddings add in float16."""
     from omnid.engine.whisper.engine import WhisperEngine
 

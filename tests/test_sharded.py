@@ -2,15 +2,19 @@
 load wherever omnid reads a transformers layout: Whisper's transformers folder, Qwen3-ASR's and the forced aligner's
 original and -hf folders, Parakeet's transformers folder. The sharded folders under tests/goldens/sharded/ were
 written by the libraries themselves (scripts/sharded_goldens.py: transformers' save_pretrained with a small
-max_shard_size; for the original Qwen3 layout, which no transformers class reads, huggingface_hub's shard split and
-safetensors' save, the calls save_pretrained makes). Each loads through the production loader with the tensors and
+max_shard_size, for Qwen3-ASR's -hf folder). The others are split here, when the tests load, by huggingface_hub's own
+shard split (the call save_pretrained makes) from the single-file checkpoints in tests/goldens/: Whisper's
+transformers folder, Parakeet's, and the original Qwen3 layout, which no transformers class reads.
+Each loads through the production loader with the tensors and
 transcript of its single-file twin; a broken index or shard is refused naming the file and the tensor; pins still
 hold."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,18 +39,46 @@ SHARDED = GOLDENS / "sharded"
 CLIP = "ljspeech_LJ001-0002"  # 1.9 s
 
 
+def sharded_copy(source: Path, dest: Path) -> Path:
+    """``source``'s model.safetensors in shards of at most 200 KB, named and indexed as save_pretrained names and
+    indexes them (huggingface_hub's split), its other files beside them."""
+    from huggingface_hub.serialization import split_state_dict_into_shards_factory
+
+    state = mx.load(str(source / "model.safetensors"))
+    assert isinstance(state, dict)
+    split = split_state_dict_into_shards_factory(state, get_storage_size=lambda a: a.nbytes,
+                                                 filename_pattern="model{suffix}.safetensors", max_shard_size="200KB")
+    dest.mkdir(parents=True)
+    for filename, names in split.filename_to_tensors.items():
+        mx.save_safetensors(str(dest / filename), {n: state[n] for n in names}, metadata={"format": "pt"})
+    index = {"metadata": {"total_size": sum(a.nbytes for a in state.values())}, "weight_map": split.tensor_to_filename}
+    (dest / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    for path in source.iterdir():
+        if path.suffix != ".safetensors" and not path.name.startswith("goldens"):
+            shutil.copy(path, dest / path.name)
+    return dest
+
+
+_SPLIT = Path(tempfile.mkdtemp(prefix="omnid-sharded-"))
+atexit.register(shutil.rmtree, _SPLIT, True)
+
+
 def _hf_single(tmp: Path) -> Path:
     return write_hf(tmp / "hf")  # the -hf layout in one model.safetensors, which the sharded folder was saved from
 
 
 # name -> (single-file folder (from a temporary folder), sharded folder, loader, kind recognised)
 CASES: dict[str, tuple[Callable[[Path], Path], Path, Callable[[Path], Any], str]] = {
-    "whisper": (lambda _: SHARDED / "whisper", SHARDED / "whisper_sharded", whisper.load_checkpoint, "whisper"),
-    "qwen3_asr": (lambda _: GOLDENS / "qwen3_asr_tiny", SHARDED / "qwen3_asr", qwen3.load_checkpoint, "qwen3_asr"),
+    "whisper": (lambda _: SHARDED / "whisper", sharded_copy(SHARDED / "whisper", _SPLIT / "whisper_sharded"),
+                whisper.load_checkpoint, "whisper"),
+    "qwen3_asr": (lambda _: GOLDENS / "qwen3_asr_tiny", sharded_copy(GOLDENS / "qwen3_asr_tiny", _SPLIT / "qwen3_asr"),
+                  qwen3.load_checkpoint, "qwen3_asr"),
     "qwen3_asr_hf": (_hf_single, SHARDED / "qwen3_asr_hf", qwen3.load_checkpoint, "qwen3_asr"),
-    "qwen3_aligner": (lambda _: GOLDENS / "qwen3_aligner_tiny", SHARDED / "qwen3_aligner", qwen3.load_checkpoint,
+    "qwen3_aligner": (lambda _: GOLDENS / "qwen3_aligner_tiny",
+                      sharded_copy(GOLDENS / "qwen3_aligner_tiny", _SPLIT / "qwen3_aligner"), qwen3.load_checkpoint,
                       "qwen3_forced_aligner"),
-    "parakeet": (lambda _: GOLDENS / "parakeet_tiny" / "hf_tdt", SHARDED / "parakeet_tdt", parakeet.load,
+    "parakeet": (lambda _: GOLDENS / "parakeet_tiny" / "hf_tdt",
+                 sharded_copy(GOLDENS / "parakeet_tiny" / "hf_tdt", _SPLIT / "parakeet_tdt"), parakeet.load,
                  "parakeet"),
 }
 
@@ -76,10 +108,10 @@ def test_a_sharded_folder_loads_the_tensors_of_its_single_file_twin(case: str, t
 
 
 def test_the_layout_the_loader_tells_is_the_single_files() -> None:
-    assert whisper.detect_format(SHARDED / "whisper_sharded") == "transformers"
-    assert qwen3.load_checkpoint(SHARDED / "qwen3_asr").layout == "qwen"
+    assert whisper.detect_format(CASES["whisper"][1]) == "transformers"
+    assert qwen3.load_checkpoint(CASES["qwen3_asr"][1]).layout == "qwen"
     assert qwen3.load_checkpoint(SHARDED / "qwen3_asr_hf").layout == "hf"
-    assert parakeet.load(SHARDED / "parakeet_tdt").layout == "transformers"
+    assert parakeet.load(CASES["parakeet"][1]).layout == "transformers"
 
 
 def _whisper(folder: Path) -> Any:

@@ -3,9 +3,9 @@ mlx-whisper 0.4.3 computes on them (scripts/whisper_mlx_goldens.py made the fold
 
 mlx-whisper's own difference between a float32 conversion and the quantized one of the same random checkpoint
 (quantized.npz, ``*_float`` against ``*_logits``, logits up to 2.9) measured 0.45 (en-q4), 0.42 (v3-q4) and 0.023
-(en-q8). omnid against mlx-whisper on the same quantized folder measured 1.1e-3, 0.76e-3 and 1.6e-3, in either
-path: mlx-whisper keeps convert.py's float16 scales, biases and norms as its parameters, so its sums round to
-float16 where omnid's stay float32. So: logits within 2e-3 (the tolerance of the float16 float folder in
+(en-q8, made but not kept in tests/goldens/). omnid against mlx-whisper on the same quantized folder measured
+1.1e-3, 0.76e-3 and 1.6e-3, in either path: mlx-whisper keeps convert.py's float16 scales, biases and norms as its
+parameters, so its sums round to float16 where omnid's stay float32. So: logits within 2e-3 (the tolerance of the float16 float folder in
 test_checkpoint.py, which differs from mlx-whisper for the same reason), under a tenth of mlx-whisper's own
 float-versus-quantized difference for every folder (checked), and the same argmax wherever mlx-whisper's margin
 exceeds twice that.
@@ -26,7 +26,8 @@ from omnid.engine.errors import CheckpointError
 from omnid.engine.whisper.checkpoint import build_model, load_checkpoint
 
 GOLDENS = Path(__file__).parent / "goldens" / "whisper_mlx_tiny"
-QUANTIZED = {"en-q4": 4, "en-q8": 8, "v3-q4": 4}
+# convert.py -q's folders kept in tests/goldens/ (its 8-bit one, 3.8 MB, is not: the goldens stay under 32 MiB).
+QUANTIZED = {"en-q4": 4, "v3-q4": 4}
 ATOL = 2e-3
 
 
@@ -208,7 +209,7 @@ def _compared(got: list[int], want, name: str) -> int:
     return n
 
 
-@pytest.mark.parametrize("name, at_least", [("en-q4", 16), ("en-q8", 11), ("v3-q4", 16)])
+@pytest.mark.parametrize("name, at_least", [("en-q4", 16), ("v3-q4", 16)])
 def test_quantized_folder_gives_mlx_whispers_greedy_tokens_in_both_paths(name, at_least, want):
     """The plain argmax after the start sequence: on the widened weights the decode steps run in numpy
     (TextDecoder.cpu_step, as the engine runs them on MLX's CPU device); on the packed ones through MLX's quantized
