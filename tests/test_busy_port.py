@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +16,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 
 
 @pytest.fixture
@@ -51,7 +49,6 @@ def test_supervised_the_failed_line_says_the_same(busy_port):
     assert "omnid serve --port" in event["reason"] and "Traceback" not in proc.stderr
 
 
-@needs_make
 def test_make_serve_on_a_busy_port_shows_the_line(busy_port):
     # -o setup: the set-up step counts as done (the test runs in a set-up checkout, and must not install anything)
     proc = subprocess.run(["make", "-s", "-o", "setup", "serve", f"PORT={busy_port}"], capture_output=True, text=True,
@@ -62,7 +59,6 @@ def test_make_serve_on_a_busy_port_shows_the_line(busy_port):
     assert first.startswith("omnid: ") and f"port {busy_port} " in first and "make serve PORT=" in first, proc.stderr
 
 
-@needs_make
 def test_make_passes_port_only_when_it_is_set():
     def dry(*args: str) -> str:
         return subprocess.run(["make", "-n", "-o", "setup", *args], capture_output=True, text=True, timeout=60,
@@ -74,7 +70,6 @@ def test_make_passes_port_only_when_it_is_set():
     assert sample in dry("transcribe") and (ROOT / sample).is_file()  # make transcribe's clip is in the checkout
 
 
-@needs_make
 def test_make_serve_port_serves_there():
     with socket.create_server(("127.0.0.1", 0)) as probe:
         port = probe.getsockname()[1]  # free a moment ago

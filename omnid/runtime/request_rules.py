@@ -17,6 +17,7 @@ picks Nemotron's prompt) refuses it, everywhere alike."""
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -44,7 +45,7 @@ N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True)
-class _Bounds(Generic[N]):
+class _Bounds(ABC, Generic[N]):
     """The values a numeric field takes, ends included."""
 
     low: N
@@ -65,11 +66,13 @@ class _Bounds(Generic[N]):
             return None
         return self.check(param, self._read(param, raw.strip(), shown(raw)), shown(raw))
 
+    @abstractmethod
     def _typed(self, value: float) -> N:
-        raise NotImplementedError
+        """The value as its field's type."""
 
+    @abstractmethod
     def _read(self, param: str, text: str, written: str) -> N:
-        raise NotImplementedError
+        """The text as a number of its field's type, or RuleError naming ``param``."""
 
 
 class Range(_Bounds[float]):
