@@ -4,7 +4,7 @@
   ``config.json`` with ``thinker_config`` and a stored copy of the tied ``thinker.lm_head.weight``;
 * ``mlx``: mlx-community's conversions (mlx-audio's converter): no prefix (``audio_tower.*``, ``model.*``), conv
   weights already in MLX's (out, kH, kW, in) layout, the decoder quantized or not (``.scales``, and ``.biases`` in
-  affine mode; ``quantization`` in the config, per module for mixed recipes: :mod:`omnid.engine.qwen3.quantization`);
+  affine mode; ``quantization`` in the config, per module for mixed recipes: :mod:`omnid.engine.quantization`);
 * ``hf``: transformers >= 5.13's native layout: top-level ``audio_config``/``text_config``, ``model.audio_tower.*``,
   ``model.language_model.*`` (and ``model.multi_modal_projector.linear_{1,2}``), no audio ``k_proj.bias`` (a
   per-query constant that softmax cancels: loaded as zeros).
@@ -29,7 +29,7 @@ import mlx.core as mx
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
-from omnid.engine.qwen3.quantization import Block, Quantization, packed, read_block
+from omnid.engine.quantization import Block, Quantization, packed, read_block
 from omnid.engine.tensor_file import weight_files
 
 FLOAT_DTYPES = {mx.float16, mx.bfloat16, mx.float32}

@@ -1,6 +1,7 @@
-"""How a quantized Qwen3 checkpoint's modules are packed: the ``quantization`` block of mlx-community's
-``config.json`` (as mlx-audio 0.6.2's converter writes it) read once, its per-module entries renamed onto the model's
-names, and each packed module checked against it and against its own tensors' shapes.
+"""How a quantized MLX checkpoint's modules are packed, for every kind: the ``quantization`` block of
+mlx-community's ``config.json`` (as mlx-audio 0.6.2's converter writes it) read once, its per-module entries renamed
+onto the model's names, each packed module checked against it and against its own tensors' shapes, and widened to
+float where a kind computes in float.
 
 mlx-audio writes ``{"group_size": G, "bits": B, "mode": M}`` at the top (``mode`` absent in older folders: affine),
 and with a mixed recipe (``mixed_2_6``, ``mixed_3_4``, ``mixed_3_6``, ``mixed_4_6``) one entry per quantized module
@@ -166,3 +167,10 @@ def packed(module: str, want: tuple[int, ...], weight: mx.array, scales: mx.arra
                 f"{path}: tensor {module}.weight is packed {bits}-bit in groups of {group}, but "
                 f"{block.path.name}'s {entry.key} says {entry.bits}-bit in groups of {entry.group_size}")
     return Quantization(group, bits, mode)
+
+
+def widen(weight: mx.array, scales: mx.array, biases: mx.array | None, q: Quantization) -> mx.array:
+    """A packed weight as float32, by MLX's own dequantize in the module's mode (the numpy paths on the CPU read
+    float weights)."""
+    wide = mx.dequantize(weight, scales, biases, group_size=q.group_size, bits=q.bits, mode=q.mode)
+    return wide.astype(mx.float32)
