@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from omnid.engine.errors import CheckpointError
-from omnid.engine.qwen3.checkpoint import load_checkpoint
 from omnid.engine.quantization import offered_modes
+from omnid.engine.qwen3.checkpoint import load_checkpoint
 from omnid.engine.qwen3_aligner.engine import Qwen3AlignerEngine
 from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine, QwenOptions
 from tests import qwen3_mlx_audio as ref
