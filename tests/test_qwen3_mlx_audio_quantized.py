@@ -1,4 +1,5 @@
-"""Qwen3-ASR and Qwen3-ForcedAligner folders quantized by mlx-audio 0.6.2's own converter (its mixed recipes, per
+"""Qwen3-ASR and Qwen3-ForcedAligner folders quantized by mlx-audio 0.6.2's own converter (uniform 4, 5, 6 and 8 bits
+at its default group of 64, its mixed recipes, per
 module under mlx-audio's module names, and the mxfp4 / nvfp4 / mxfp8 modes, which have no ``.biases``), made here
 from the tiny random checkpoints, loaded through the production loader and compared with mlx-audio's own model on the
 same folder; and what a broken quantization block or a missing scale says."""
@@ -27,6 +28,7 @@ ALIGNER = Path(__file__).parent / "goldens" / "qwen3_aligner_tiny"
 GUARD_OFF = QwenOptions(loop_window=0)
 # What `python -m mlx_audio.convert -q` writes for each choice (the mode's default bits and group size).
 RECIPES: dict[str, dict[str, Any]] = {
+    "4bit": {"bits": 4}, "5bit": {"bits": 5}, "6bit": {"bits": 6}, "8bit": {"bits": 8},
     "mixed_2_6": {"recipe": "mixed_2_6"}, "mixed_3_4": {"recipe": "mixed_3_4"},
     "mixed_3_6": {"recipe": "mixed_3_6"}, "mixed_4_6": {"recipe": "mixed_4_6"},
     "mxfp4": {"mode": "mxfp4"}, "nvfp4": {"mode": "nvfp4"}, "mxfp8": {"mode": "mxfp8"},
@@ -183,7 +185,7 @@ def test_quantized_logits_are_exactly_those_of_the_dequantized_weights(
     assert got == want
 
 
-@pytest.mark.parametrize("name", ["mixed_4_6", "mxfp4"])
+@pytest.mark.parametrize("name", ["8bit", "mixed_4_6", "mxfp4"])
 def test_a_quantized_forced_aligner_classifies_as_mlx_audio(name: str, made: Callable[[Path, str], Path]) -> None:
     _offered(name)
     from omnid.engine.qwen3.features import features_mel, normalized
