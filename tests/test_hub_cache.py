@@ -1,8 +1,6 @@
 """Checkpoints named by Hugging Face repo id, found offline in a local Hugging Face cache (omnid/engine/hub.py).
 
-The cache is built in tmp_path as huggingface_hub writes it: ``models--org--name/blobs/<sha256>`` holding each
-file's bytes, ``snapshots/<commit>/<file>`` relative links to those blobs, ``refs/main`` holding the newest commit
-(no newline), and ``trees/<commit>.json``, the tree listing a download records. ``org/parakeet-tiny`` has two
+The cache is built in tmp_path as huggingface_hub writes it (tests/hf_cache.py). ``org/parakeet-tiny`` has two
 revisions with different tiny Parakeet checkpoints of tests/goldens/ (the older TDT, main RNN-T, whose texts NeMo
 recorded), so which one served is told by the transcript. Every command runs as a subprocess with HF_HUB_CACHE
 pointing there (huggingface_hub reads it when imported), as a user runs it."""
@@ -10,7 +8,6 @@ pointing there (huggingface_hub reads it when imported), as a user runs it."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import subprocess
@@ -21,40 +18,13 @@ import pytest
 
 from omnid.audio import wav_bytes
 from tests.helpers import get, post_transcription, ready_line
+from tests.hf_cache import NEW, OLD, ROOT, omnid, put_snapshot
 from tests.test_parakeet import GOLDENS, audio, meta
 
-ROOT = Path(__file__).resolve().parent.parent
 QWEN_TINY = GOLDENS.parent / "qwen3_asr_tiny"
 ALIGNER_TINY = GOLDENS.parent / "qwen3_aligner_tiny"
 SORTFORMER_TINY = GOLDENS.parent / "sortformer_tiny" / "tiny.nemo"
-OLD = "0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"
-NEW = "fedcba9876543210fedcba9876543210fedcba98"
 NEMO = "parakeet-tiny.nemo"
-
-
-def put_snapshot(cache: Path, repo_id: str, commit: str, files: dict[str, bytes], main: bool = True,
-                 tree: bool = True) -> Path:
-    """One revision of a model repo, written as huggingface_hub's downloads write it."""
-    repo = cache / ("models--" + repo_id.replace("/", "--"))
-    snapshot = repo / "snapshots" / commit
-    listing = {}
-    for name, data in files.items():
-        sha = hashlib.sha256(data).hexdigest()
-        blob = repo / "blobs" / sha
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        blob.write_bytes(data)
-        link = snapshot / name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-        listing[name] = {"size": len(data), "blob_id": hashlib.sha1(data).hexdigest(), "lfs_sha256": sha,
-                         "lfs_size": len(data)}
-    if tree:
-        (repo / "trees").mkdir(exist_ok=True)
-        (repo / "trees" / f"{commit}.json").write_text(json.dumps({"format_version": 1, "files": listing}))
-    if main:
-        (repo / "refs").mkdir(exist_ok=True)
-        (repo / "refs" / "main").write_text(commit)
-    return snapshot
 
 
 def safetensors(dtype: str, size: int) -> bytes:
@@ -96,13 +66,6 @@ def wav(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("audio") / "clip.wav"
     path.write_bytes(wav_bytes(audio("librispeech")))
     return path
-
-
-def omnid(cache: Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
-    env |= {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "omnid", *args], capture_output=True, text=True, timeout=600,
-                          cwd=cwd, env=env)
 
 
 def text(kind: str) -> str:

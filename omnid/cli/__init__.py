@@ -19,7 +19,14 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model id from the configuration, or a checkpoint folder (Whisper or Qwen3-ASR) "
                                    "or Parakeet .nemo file, told by its files, or a Hugging Face repo id (org/name) "
                                    "in the local cache; default: transcription.default_model")
+    _add_revision(p)
     p.add_argument("--window", choices=["full", "content"], help="window padding mode (default: from config)")
+
+
+def _add_revision(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--revision", default="", metavar="REV",
+                   help="with a Hugging Face repo id as --model: the snapshot of this branch, tag or commit in the "
+                        "local cache (default: main's), as a [[models]] entry's revision")
 
 
 def _positive(value: str) -> float:
@@ -92,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     di.add_argument("--config", type=Path)
     di.add_argument("--model", help="a Sortformer checkpoint folder or .nemo file, a configured model id, or a "
                                     "Hugging Face repo id (org/name) in the local cache")
+    _add_revision(di)
     di.add_argument("--latency", choices=["very_high", "high", "low", "ultra_low"],
                     help="streaming preset (default: diarization.file_latency)")
 
@@ -151,7 +159,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "diarize":
         from omnid.cli.diarize import diarize_command
 
-        return diarize_command(args.file, args.model, args.latency, config)
+        return diarize_command(args.file, args.model, args.latency, config, args.revision)
     if args.command == "doctor":
         from omnid.cli.doctor import doctor
 

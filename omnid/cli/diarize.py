@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from omnid.audio import SAMPLE_RATE, decode_audio
-from omnid.cli.transcribe import cached_snapshot
+from omnid.cli.transcribe import cached_snapshot, repo_ids_only
 from omnid.config import Config, ConfigError, ModelConfig
 from omnid.engine import hub, kinds
 from omnid.engine.diarization import turns
@@ -17,9 +17,10 @@ from omnid.runtime import diarization
 from omnid.runtime.models import diarizer_runtime
 
 
-def diarize_command(file: Path, model: str | None, latency: str | None, config: Config) -> int:
+def diarize_command(file: Path, model: str | None, latency: str | None, config: Config, revision: str = "") -> int:
     """A wrong model, checkpoint or file ends as every command's does (omnid/cli/failures.py)."""
-    return asyncio.run(_diarize(file, _model(model, config), latency or config.diarization.file_latency, config))
+    return asyncio.run(_diarize(file, _model(model, config, revision), latency or config.diarization.file_latency,
+                                config))
 
 
 async def _diarize(file: Path, model: ModelConfig, latency: str, config: Config) -> int:
@@ -46,15 +47,18 @@ def _progress(total: float) -> Callable[[float, float], None]:
     return progress
 
 
-def _model(model: str | None, config: Config) -> ModelConfig:
+def _model(model: str | None, config: Config, revision: str = "") -> ModelConfig:
     """A checkpoint folder or .nemo file (of the first diarization kind), a configured diarization model (the first
-    by default), or a Hugging Face repo id in the local cache."""
+    by default), or a Hugging Face repo id in the local cache (at ``revision``)."""
     diarizers = [k.name for k in kinds.of_role("diarization")]
     if model and Path(model).expanduser().exists():
+        repo_ids_only(revision, model, "a path on disk")
         return ModelConfig(id=Path(model).name, kind=diarizers[0], path=str(Path(model).expanduser()))
     models = [m for m in config.models if m.kind in diarizers and (model in (None, m.id) or model in m.aliases)]
     if not models and model and hub.is_repo_id(model):
-        return ModelConfig(id=model, kind=diarizers[0], path=str(cached_snapshot(model)))
+        return ModelConfig(id=model, kind=diarizers[0], path=str(cached_snapshot(model, revision)))
+    if models:
+        repo_ids_only(revision, model, "a configured model (its [[models]] entry takes a revision)")
     if not models:
         raise ConfigError(f"--model: {model!r} is neither a checkpoint path nor a configured "
                           f"{' or '.join(diarizers)} model" if model else "no diarization model: pass --model "

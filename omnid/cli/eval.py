@@ -34,7 +34,7 @@ async def eval_command(args: argparse.Namespace, config: Config) -> int:
         print("omnid eval: no clips selected", file=sys.stderr)
         return 2
     references = {p.stem: evaluate.read_reference(p) for p in (args.reference or _default_references(corpus, config))}
-    runtime = await start_model(config, args.model)
+    runtime = await start_model(config, args.model, revision=args.revision)
     engine = runtime.engine
     # The reference systems decoded greedily at temperature 0, without fallback.
     opts = transcribe_options(config.transcription, window=args.window, fallback=args.fallback)

@@ -40,28 +40,41 @@ def folder_model(folder: Path) -> ModelConfig:
     return ModelConfig(id=folder.stem if folder.is_file() else folder.name, kind=kind.name, path=str(folder))
 
 
-def cached_snapshot(repo_id: str) -> Path:
-    """A Hugging Face repo id given as --model: its `main` snapshot in the local cache (engine/hub.py)."""
+def cached_snapshot(repo_id: str, revision: str = "") -> Path:
+    """A Hugging Face repo id given as --model: its `main` snapshot in the local cache, or --revision's (a branch,
+    tag or commit), as a configured `path` and `revision` are read (engine/hub.py); where the cache holds neither,
+    the configuration's one line naming the id, the revision and the cache."""
     try:
-        return hub.snapshot(repo_id)
+        return hub.snapshot(repo_id, revision)
     except hub.NotCached as exc:
         raise ConfigError(f"--model: {exc}") from None
 
 
-async def start_model(config: Config, model_id: str | None, aligner: str | None = None
+def repo_ids_only(revision: str, model_id: str | None, is_what: str) -> None:
+    """--revision given with a --model that is no Hugging Face repo id (a path on disk, a configured model, or
+    none): a usage error, as a configured `revision` with a `path` on disk is."""
+    if revision:
+        named = f"--model {model_id} is {is_what}" if model_id else "no --model names one"
+        raise ConfigError(f"--revision is for a Hugging Face repo id, and {named}")
+
+
+async def start_model(config: Config, model_id: str | None, aligner: str | None = None, revision: str = ""
                       ) -> EngineRuntime[TranscriptionEngine]:
-    """A configured model by id or alias, or a checkpoint folder given by its path; with its aligner (its
-    configured one, or ``aligner``: a configured id or a folder)."""
+    """A configured model by id or alias, a checkpoint folder given by its path, or a Hugging Face repo id in the
+    local cache (at ``revision``); with its aligner (its configured one, or ``aligner``: a configured id or a
+    folder)."""
     as_path = Path(model_id).expanduser() if model_id else None
     if as_path is not None and (as_path.is_dir() or as_path.suffix == ".nemo") and model_id not in {m.id for m in config.models}:
+        repo_ids_only(revision, model_id, "a path on disk")
         model = folder_model(as_path)
     else:
         try:
             model = config.model(ModelCatalog.from_config(config).resolve(model_id))
+            repo_ids_only(revision, model_id, "a configured model (its [[models]] entry takes a revision)")
         except UnknownModel as exc:
             if model_id is None or not hub.is_repo_id(model_id):
                 raise ConfigError(f"--model: no transcription model or checkpoint folder {model_id!r}") from exc
-            model = msgspec.structs.replace(folder_model(cached_snapshot(model_id)), id=model_id)
+            model = msgspec.structs.replace(folder_model(cached_snapshot(model_id, revision)), id=model_id)
         except NotTranscription as exc:
             raise ConfigError(f"--model: no transcription model or checkpoint folder {model_id!r}") from exc
     if aligner:
@@ -161,7 +174,7 @@ def model_options(runtime: EngineRuntime[TranscriptionEngine], args: argparse.Na
 
 async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
     values = check_values(args, config)
-    runtime = await start_model(config, args.model, args.aligner)
+    runtime = await start_model(config, args.model, args.aligner, args.revision)
     try:
         opts = model_options(runtime, args, values, config)
     except ConfigError:
