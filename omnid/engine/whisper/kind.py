@@ -1,5 +1,6 @@
 """Whisper as a kind of model (engine/kind.py): a transcription model, its decoding knobs read from the
-configuration's [transcription] keys, its checkpoint a CTranslate2, mlx-community or transformers folder."""
+configuration's [transcription] keys, its checkpoint a CTranslate2, mlx-community (mlx-examples' convert.py or
+mlx-audio's converter) or transformers folder."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def layout(path: Path) -> str:
     from omnid.engine.whisper.tokenizer import shipped_ranks, tokenizer_files
 
     fmt = detect_format(path)
-    name = fmt + _quantized(path) if fmt == "mlx" else fmt
+    name = fmt + _quantized(path) if fmt in ("mlx", "mlx-audio") else fmt
     if fmt == "ctranslate2" or tokenizer_files(path):
         return name
     # No tokenizer file (mlx-community's folders): the shipped ranks its vocabulary size names, or the reason none.
@@ -55,13 +56,22 @@ def layout(path: Path) -> str:
 
 
 def _quantized(path: Path) -> str:
-    """`` 4-bit (group 64)`` for a quantized mlx-community folder (its config.json's block, checked at load)."""
+    """What a quantized mlx-community folder's config.json block says (checked against the tensors at load):
+    `` 4-bit (group 64)`` (affine), `` mxfp4 4-bit (group 32)``, `` mixed 4/6-bit (group 64)`` for a recipe whose
+    per-module entries differ; empty for a float folder."""
     from omnid.engine.json_file import read_json_object
+    from omnid.engine.quantization import read_block
 
-    block = read_json_object(path / "config.json").get("quantization")
-    if not isinstance(block, dict):
+    block = read_block(read_json_object(path / "config.json"), path / "config.json", lambda module: module)
+    if block is None:
         return ""
-    return f" {block.get('bits')}-bit (group {block.get('group_size')})"
+    entries = [block.default, *(e for e in block.modules.values() if e.quantized)]
+    modes = sorted({e.mode for e in entries})
+    bits = sorted({e.bits for e in entries if e.bits is not None})
+    groups = sorted({e.group_size for e in entries if e.group_size is not None})
+    mixed = " mixed" if len({(e.mode, e.bits, e.group_size) for e in entries}) > 1 else ""
+    mode = "" if modes == ["affine"] else " " + "/".join(modes)
+    return f"{mixed}{mode} {'/'.join(map(str, bits))}-bit (group {'/'.join(map(str, groups))})"
 
 
 def recognises(path: Path) -> bool:
