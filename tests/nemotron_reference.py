@@ -29,3 +29,54 @@ def load(folder: Path) -> Any:
     from mlx_audio.stt import load as load_model
 
     return load_model(str(folder), strict=True)
+
+
+class _TorchTensor:
+    """What mlx-audio's Nemotron converter asks of a torch tensor (``.detach().to("cpu").float().numpy()``)."""
+
+    def __init__(self, array: Any):
+        self.array = array
+
+    def detach(self) -> _TorchTensor:
+        return self
+
+    def to(self, _device: str) -> _TorchTensor:
+        return self
+
+    def float(self) -> _TorchTensor:
+        return _TorchTensor(self.array.astype("float32"))
+
+    def numpy(self) -> Any:
+        return self.array
+
+
+def convert(nemo: Path, out: Path, **options: Any) -> Path:
+    """mlx-audio 0.6.2's own converter (``python -m mlx_audio.stt.models.nemotron_asr.convert --nemo-path NEMO
+    --mlx-path OUT [--dtype D] [-q --q-bits B --q-group-size G]``), run whole. It reads the weights with
+    ``torch.load``, which this environment does not install: for that one call a stand-in ``torch`` module reads the
+    pickle with omnid's restricted reader (the same tensors) and hands them over as the converter uses them."""
+    import contextlib
+    import io
+
+    from omnid.engine.nemo.torch_zip import read_state_dict
+
+    stt_models_package()
+    from mlx_audio.stt.models.nemotron_asr.convert import convert as run
+
+    def load(path: str, **_: Any) -> dict[str, _TorchTensor]:
+        with open(path, "rb") as f:
+            return {k: _TorchTensor(v) for k, v in read_state_dict(f).items()}
+
+    torch = types.ModuleType("torch")
+    torch.load = load  # type: ignore[attr-defined]
+    saved = sys.modules.get("torch")
+    sys.modules["torch"] = torch
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            run(str(nemo), str(out), **options)
+    finally:
+        if saved is None:
+            del sys.modules["torch"]
+        else:
+            sys.modules["torch"] = saved
+    return out

@@ -82,7 +82,7 @@ class Subsampling(nn.Module):
 
     def __call__(self, mel: mx.array) -> mx.array:
         """mel (B, T, n_mels) -> (B, subsampled_length(T), d_model)."""
-        if on_cpu(mel) and not self.causal:
+        if on_cpu(mel) and not self.causal and not isinstance(self.linear, nn.QuantizedLinear):
             mx.eval(mel)
             return mx.array(self._cpu(np.asarray(mel)[0]))[None]
         x = nn.relu(self.layers_0(self._pad(mel[..., None])))
@@ -255,7 +255,7 @@ class FastConformer(nn.Module):
         NeMo's chunked-limited attention (a cache-aware encoder's offline pass)."""
         if self.d.xscaling:
             x = x * math.sqrt(self.d.d_model)
-        if on_cpu(x) and not self.d.causal and context is None:
+        if on_cpu(x) and not self.d.causal and context is None and not self.packed:
             table = relative_table(x.shape[1], self.d.d_model)
             return through_layers(x[0], self._cpu_layers, *relative_sinusoids(table))[None]
         pos = relative_positions(x.shape[1], self.d.d_model)
@@ -264,6 +264,12 @@ class FastConformer(nn.Module):
             x = layer(x, pos, mask)
             mx.eval(x)  # one layer's graph at a time: bounded temporaries
         return x
+
+    @cached_property
+    def packed(self) -> bool:
+        """Whether some of its layers are MLX's quantized ones (a quantized checkpoint kept packed): then MLX computes
+        it on every device, since the numpy layers read float weights. Asked after the weights are loaded."""
+        return any(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, m in self.named_modules())
 
     @cached_property
     def _cpu_layers(self) -> list[CpuConformerLayer]:

@@ -1,48 +1,136 @@
 """mlx-community's folder of a NeMo model (the layout parakeet-mlx and mlx-audio read): the state dict under NeMo's
 names in MLX's layouts (convolutions channels-last, each LSTM layer as ``Wx``, ``Wh`` and one bias, NeMo's two
 summed) in ``model.safetensors``, without the front end's buffers; read into omnid's names, and written by the
-converters of the kinds that store one (Parakeet, Nemotron)."""
+converters of the kinds that store one (Parakeet, Nemotron).
+
+A folder quantized by mlx-audio 0.6.2 (``mlx_audio.convert -q``, or Nemotron's own converter with ``--quantize``)
+holds each quantized Linear and Embedding as a packed uint32 ``weight`` with its ``scales`` (and ``biases`` in affine
+mode), described by config.json's ``quantization`` block: each is checked against the block and its own shapes by
+omnid/engine/quantization.py's rules, then kept packed for MLX's quantized layers (``keep_quantized``, for the
+modules the kind computes in MLX) or widened to float32 at load (the numpy paths, and the transducer everywhere).
+"""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.nemo.fastconformer import encoder_name, mlx_layout
-from omnid.engine.tensor_file import read_tensors
+from omnid.engine.quantization import Quantization, packed, read_block, widen
+from omnid.engine.tensor_file import check_shapes, read_tensors
 
 _LSTM = re.compile(r"^(decoder\.prediction\.dec_rnn\.lstm)\.(weight_ih|weight_hh|bias_ih|bias_hh)_l(\d+)$")
+RNN = "decoder.prediction.dec_rnn.lstm."
 
 
-def mlx_folder_weights(weights_path: Path) -> dict[str, Any]:
+def keep_packed(wanted: bool | None = None) -> bool:
+    """Whether an engine keeps a quantized folder's packed weights: on Metal (MLX's quantized layers compute them),
+    not on MLX's CPU device, where the numpy layers read float weights (widened at load); ``wanted`` forces it."""
+    return mx.default_device() != mx.cpu if wanted is None else wanted
+
+
+def omnid_name(name: str) -> str:
+    """A folder tensor's name (NeMo's) -> this package's, for the tensors that are renamed one to one."""
+    return "encoder." + encoder_name(name.removeprefix("encoder.")) if name.startswith("encoder.") else name
+
+
+def read_folder(weights_path: Path, config: Mapping[str, Any], config_path: Path, shapes: Mapping[str, tuple[int, ...]],
+                keep_quantized: bool = False, packable: Callable[[str], bool] = lambda _module: False,
+                ) -> tuple[dict[str, Any], dict[str, Quantization]]:
     """An mlx-community ``model.safetensors`` (NeMo's names, MLX's convolution layouts, each LSTM layer as Wx, Wh
-    and one bias: NeMo's two summed) as float32 under this package's names, each tensor freed once converted."""
-    weights: dict[str, Any] = {}
-    rnn = "decoder.prediction.dec_rnn.lstm."
+    and one bias: NeMo's two summed) under this package's names: float32 numpy arrays, each tensor freed once
+    converted, and the modules ``packable`` names (this package's module names) kept packed as MLX arrays with
+    ``keep_quantized`` -> (weights, those modules' packing). ``shapes``: the kind's tensors (this package's names),
+    against which each packed matrix is checked; :func:`check_folder` checks the rest."""
     tensors = read_tensors(weights_path)
-    for name in list(tensors):
-        array = np.array(tensors.pop(name).astype(mx.float32))
-        if name.startswith("encoder."):
-            weights["encoder." + encoder_name(name.removeprefix("encoder."))] = array
-        elif name.startswith(rnn) and name.count(".") == 5:
-            layer, kind = name.removeprefix(rnn).split(".")
-            torch_name = {"Wx": "weight_ih_l", "Wh": "weight_hh_l", "bias": "bias_ih_l"}.get(kind)
-            if torch_name is None:
-                raise CheckpointError(f"{weights_path}: unexpected tensor {name}")
-            weights[f"{rnn}{torch_name}{layer}"] = array
-            if kind == "bias":  # NeMo's two biases arrive summed: the second is zero
-                weights[f"{rnn}bias_hh_l{layer}"] = np.zeros_like(array)
-        elif name.startswith("ctc_decoder.") and array.ndim == 3:
-            weights[name] = array[:, 0, :]  # the 1x1 convolution (O, 1, I) as a linear map
+    block = read_block(dict(config), config_path, lambda module: module)  # errors name the folder's tensors
+    weights: dict[str, Any] = {}
+    quantized: dict[str, Quantization] = {}
+    modules = sorted(n.removesuffix(".scales") for n in tensors if n.endswith(".scales"))
+    if block is not None and not modules:
+        raise CheckpointError(f"{config_path}: has a quantization block, but {weights_path.name} holds no quantized "
+                              "tensor (no .scales)")
+    for module in modules:
+        ours = omnid_name(module + ".weight").removesuffix(".weight")
+        weight, scales = tensors.pop(module + ".weight", None), tensors.pop(module + ".scales")
+        biases = tensors.pop(module + ".biases", None)
+        want = shapes.get(ours + ".weight")
+        if weight is None or want is None or len(want) != 2:
+            raise CheckpointError(f"{weights_path}: tensor {module}.scales is not the scales of a quantizable matrix "
+                                  f"(no {module}.weight of a Linear or Embedding)")
+        q = packed(module, want, weight, scales, biases, block, weights_path)
+        if q.mode == "affine":  # its float scales and biases in float32 (a bfloat16 folder's too): computed in
+            scales = scales.astype(mx.float32)  # float32 either way; the other modes' scales are uint8 exponents
+        if biases is not None:
+            biases = biases.astype(mx.float32)
+        if keep_quantized and packable(ours):
+            weights[ours + ".weight"], weights[ours + ".scales"] = weight, scales
+            if biases is not None:
+                weights[ours + ".biases"] = biases
+            quantized[ours] = q
         else:
-            weights[name] = array
-    return weights
+            weights[ours + ".weight"] = np.array(widen(weight, scales, biases, q))
+    for name in list(tensors):
+        value = tensors.pop(name)
+        module = name.rsplit(".", 1)[0]
+        if value.dtype == mx.uint32:
+            raise CheckpointError(f"{weights_path}: tensor {name} is packed (uint32), but its {module}.scales is "
+                                  "missing")
+        entry = block.modules.get(module) if block is not None else None
+        if entry is not None and entry.quantized and name.endswith(".weight") and value.ndim == 2:
+            raise CheckpointError(f"{weights_path}: tensor {name} is a float matrix without {module}.scales, but "
+                                  f"{config_path.name}'s {entry.key} says it is quantized")
+        _put(weights, name, np.array(value.astype(mx.float32)), weights_path)
+    return weights, quantized
+
+
+def _put(weights: dict[str, Any], name: str, array: np.ndarray, weights_path: Path) -> None:
+    """One float tensor of the folder under this package's name(s)."""
+    if name.startswith(RNN) and name.count(".") == 5:
+        layer, kind = name.removeprefix(RNN).split(".")
+        torch_name = {"Wx": "weight_ih_l", "Wh": "weight_hh_l", "bias": "bias_ih_l"}.get(kind)
+        if torch_name is None:
+            raise CheckpointError(f"{weights_path}: unexpected tensor {name}")
+        weights[f"{RNN}{torch_name}{layer}"] = array
+        if kind == "bias":  # NeMo's two biases arrive summed: the second is zero
+            weights[f"{RNN}bias_hh_l{layer}"] = np.zeros_like(array)
+    elif name.startswith("ctc_decoder.") and array.ndim == 3:
+        weights[name] = array[:, 0, :]  # the 1x1 convolution (O, 1, I) as a linear map
+    else:
+        weights[omnid_name(name)] = array
+
+
+def check_folder(weights: Mapping[str, Any], quantized: Mapping[str, Quantization],
+                 shapes: Mapping[str, tuple[int, ...]], source: Path, allowed: Iterable[str] = ()) -> None:
+    """``check_shapes`` with each module kept packed as its packed tensors (already checked against its matrix)."""
+    want = dict(shapes)
+    for module in quantized:
+        for part in ("weight", "scales", "biases"):
+            if f"{module}.{part}" in weights:
+                want[f"{module}.{part}"] = tuple(weights[f"{module}.{part}"].shape)
+    check_shapes(weights, want, source, allowed)
+
+
+def load_module(module: nn.Module, weights: dict[str, Any], prefix: str, quantized: Mapping[str, Quantization],
+                to_module: Callable[[str], str] = lambda name: name) -> None:
+    """The weights under ``prefix`` popped into ``module`` (their names without it, through ``to_module``), the
+    modules kept packed made MLX's QuantizedLinear / QuantizedEmbedding first, each at its own bits, group size and
+    mode (as mlx-audio's loader builds them)."""
+    names = {to_module(n.removeprefix(prefix)): n for n in list(weights) if n.startswith(prefix)}
+    ours = {k.rsplit(".", 1)[0]: v.rsplit(".", 1)[0] for k, v in names.items()}  # module path -> this package's
+    if any(m in quantized for m in ours.values()):
+        nn.quantize(module, class_predicate=lambda path, _m: q.params() if (
+            q := quantized.get(ours.get(path, ""))) else False)
+    module.load_weights([(k, mx.array(weights.pop(v))) for k, v in names.items()])
+    mx.eval(module.parameters())
 
 
 def mlx_tensors(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -20,6 +20,7 @@ from omnid.engine.nemo.fastconformer import ConformerDims, encoder_name, encoder
 from omnid.engine.nemo.features import FrontEnd, check_buffers
 from omnid.engine.nemo.tokenizer import Vocabulary
 from omnid.engine.nemo.transducer import Joint, LstmLayer, PredictionNetwork, Transducer
+from omnid.engine.quantization import Quantization
 
 # NeMo's default when a config's greedy section names no limit (GreedyBatchedRNNTInferConfig.max_symbols_per_step).
 DEFAULT_MAX_SYMBOLS = 10
@@ -48,8 +49,11 @@ class Checkpoint:
     front: FrontEnd
     dims: Dims
     vocabulary: Vocabulary
-    weights: dict[str, Any]  # float32, this package's names, MLX layouts
+    weights: dict[str, Any]  # float32, this package's names, MLX layouts; packed modules as their MLX arrays
     files: list[Path] = field(default_factory=list)
+    # The modules kept packed (an mlx-community folder quantized by mlx-audio, loaded with keep_quantized): MLX's
+    # quantized layers compute them. Empty when every weight is float (widened at load, on MLX's CPU device).
+    quantized: dict[str, Quantization] = field(default_factory=dict)
 
 
 def expected_shapes(d: Dims) -> dict[str, tuple[int, ...]]:

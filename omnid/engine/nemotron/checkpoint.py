@@ -11,7 +11,7 @@ from its config, never from defaults.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
 from omnid.engine.nemo import archive
 from omnid.engine.nemo.features import FrontEnd
-from omnid.engine.nemo.mlx_folder import mlx_folder_weights
+from omnid.engine.nemo.mlx_folder import check_folder, read_folder
 from omnid.engine.nemo.tokenizer import Vocabulary
 from omnid.engine.nemo.transducer_checkpoint import (
     DEFAULT_MAX_SYMBOLS,
@@ -33,6 +33,7 @@ from omnid.engine.nemo.transducer_checkpoint import (
     prompted,
 )
 from omnid.engine.pins import verify
+from omnid.engine.quantization import Quantization
 from omnid.engine.tensor_file import check_shapes
 
 
@@ -51,8 +52,10 @@ class Checkpoint:
     dims: Dims
     streaming: Streaming
     vocabulary: Vocabulary
-    weights: dict[str, Any]  # float32, this package's names, MLX layouts
+    weights: dict[str, Any]  # float32, this package's names, MLX layouts; packed modules as their MLX arrays
     files: list[Path]
+    # The modules kept packed (a folder quantized by mlx-audio, loaded with keep_quantized); empty when all is float.
+    quantized: dict[str, Quantization] = field(default_factory=dict)
 
 
 def shapes(d: Dims, s: Streaming) -> dict[str, tuple[int, ...]]:
@@ -138,12 +141,14 @@ def is_mlx_folder(path: Path) -> bool:
     return isinstance(config, dict) and config.get("model_type") == "nemotron_asr"
 
 
-def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
+def load(path: Path, pins: dict[str, str] | None = None, keep_quantized: bool = False) -> Checkpoint:
     """A Nemotron streaming ``.nemo`` or mlx-community folder: config, tokenizer and weights, each tensor
-    shape-checked, naming the file and the tensor."""
+    shape-checked, naming the file and the tensor. A folder quantized by mlx-audio keeps its encoder's and prompt
+    output layer's packed weights with ``keep_quantized`` (MLX's quantized layers); else, and for the transducer
+    (numpy) always, they are widened to float32."""
     path = Path(path)
     if path.is_dir() and is_mlx_folder(path):
-        ckpt = _load_mlx(path)
+        ckpt = _load_mlx(path, keep_quantized)
     else:
         nemo_path = nemo_file(path)
         if nemo_path is None:
@@ -159,15 +164,15 @@ def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
     return ckpt
 
 
-def _load_mlx(folder: Path) -> Checkpoint:
+def _load_mlx(folder: Path, keep_quantized: bool = False) -> Checkpoint:
     """mlx-audio's config (its converter's keys) read as the NeMo config it came from; the weights as Parakeet's
-    mlx-community folders hold them (float16, bfloat16 or float32; computed in float32)."""
+    mlx-community folders hold them (float16, bfloat16 or float32; computed in float32), or quantized by mlx-audio
+    (its converter's ``--quantize``, or ``mlx_audio.convert -q``: a ``quantization`` block, packed Linears and
+    Embeddings)."""
     config_path, weights_path = folder / "config.json", folder / "model.safetensors"
     config = read_json_object(config_path)
     if not weights_path.is_file():
         raise CheckpointError(f"{folder}: model.safetensors is missing")
-    if config.get("quantization") is not None:
-        raise CheckpointError(f"{config_path}: quantized weights are not supported; convert in float16 or float32")
     for key in ("preprocessor", "encoder", "prompt", "decoder", "joint"):
         if not isinstance(config.get(key), dict):
             raise CheckpointError(f"{config_path}: {key} must be an object")
@@ -192,6 +197,13 @@ def _load_mlx(folder: Path) -> Checkpoint:
         raise CheckpointError(f"{config_path}: vocabulary must be a list of strings")
     vocabulary = Vocabulary.from_pieces(pieces)
     check_vocabulary(vocabulary, dims, f"{config_path}: vocabulary")
-    weights = mlx_folder_weights(weights_path)
-    check_shapes(weights, shapes(dims, streaming), weights_path)
-    return Checkpoint(folder, front, dims, streaming, vocabulary, weights, [config_path, weights_path])
+    want = shapes(dims, streaming)
+    weights, quantized = read_folder(weights_path, config, config_path, want, keep_quantized, mlx_computed)
+    check_folder(weights, quantized, want, weights_path)
+    return Checkpoint(folder, front, dims, streaming, vocabulary, weights, [config_path, weights_path], quantized)
+
+
+def mlx_computed(module: str) -> bool:
+    """The modules MLX computes through their layers, which may stay packed: the encoder's and the prompt's output
+    Linear (its first one is read as columns, model.Prompt; the transducer runs in numpy)."""
+    return module.startswith("encoder.") or module == "prompt_kernel.2"

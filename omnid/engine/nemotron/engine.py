@@ -28,6 +28,7 @@ from omnid.engine.errors import EngineError
 from omnid.engine.interface import Capabilities, Program, Sentence, StreamUpdate
 from omnid.engine.nemo import timestamps
 from omnid.engine.nemo.cache_aware import stream_steps
+from omnid.engine.nemo.mlx_folder import keep_packed
 from omnid.engine.nemotron.checkpoint import load
 from omnid.engine.nemotron.model import Nemotron
 from omnid.engine.nemotron.stream import Chunk, Stream
@@ -82,10 +83,11 @@ class StreamBatch(ProgramBatch):
 class NemotronEngine:
     kind = "nemotron"
 
-    def __init__(self, model_id: str, path: Path, pins: Mapping[str, str] | None = None):
+    def __init__(self, model_id: str, path: Path, pins: Mapping[str, str] | None = None,
+                 keep_quantized: bool | None = None):
         started = time.perf_counter()
         self.model_id = model_id
-        ckpt = load(Path(path), dict(pins) if pins else None)
+        ckpt = load(Path(path), dict(pins) if pins else None, keep_packed(keep_quantized))
         self.layout = "mlx" if Path(path).is_dir() else "nemo"
         self.model = Nemotron(ckpt)
         self.chunk = self.model.streaming.contexts[0][1] + 1  # the native chunk: the default right context + 1

@@ -12,6 +12,7 @@ import numpy as np
 from omnid.engine.nemo.cache_aware import EncoderCache, stream_step
 from omnid.engine.nemo.fastconformer import FastConformer
 from omnid.engine.nemo.features import log_mel
+from omnid.engine.nemo.mlx_folder import load_module
 from omnid.engine.nemo.transducer_checkpoint import transducer
 from omnid.engine.nemotron.checkpoint import Checkpoint
 
@@ -38,12 +39,9 @@ class Nemotron:
         self.front, self.dims, self.streaming, self.vocabulary = ckpt.front, d, ckpt.streaming, ckpt.vocabulary
         w = ckpt.weights
         self.encoder = FastConformer(d.conformer)
-        self.encoder.load_weights([(n.removeprefix("encoder."), mx.array(w.pop(n))) for n in list(w)
-                                   if n.startswith("encoder.")])
+        load_module(self.encoder, w, "encoder.", ckpt.quantized)
         self.prompt = Prompt(d.conformer.d_model, ckpt.streaming.num_prompts)
-        self.prompt.load_weights([(f"layers.{n.removeprefix('prompt_kernel.')}", mx.array(w.pop(n))) for n in list(w)
-                                  if n.startswith("prompt_kernel.")])
-        mx.eval(self.encoder.parameters(), self.prompt.parameters())
+        load_module(self.prompt, w, "prompt_kernel.", ckpt.quantized, lambda name: f"layers.{name}")
         self.transducer = transducer(w, d)
 
     def features(self, audio: np.ndarray) -> np.ndarray:

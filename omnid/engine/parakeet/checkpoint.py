@@ -17,7 +17,7 @@ from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
 from omnid.engine.nemo import archive
 from omnid.engine.nemo.features import FrontEnd
-from omnid.engine.nemo.mlx_folder import mlx_folder_weights
+from omnid.engine.nemo.mlx_folder import check_folder, read_folder
 from omnid.engine.nemo.tokenizer import Vocabulary
 from omnid.engine.nemo.transducer_checkpoint import (
     Checkpoint,
@@ -65,12 +65,14 @@ def is_mlx_folder(path: Path) -> bool:
     return ctc_model(config) and "vocabulary" in config["decoder"]
 
 
-def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
-    """A ``.nemo`` file, a folder holding exactly one, mlx-community's folder (config.json + model.safetensors) or
-    the transformers layout (config.json naming ParakeetForTDT/RNNT/CTC, safetensors, tokenizer.json)."""
+def load(path: Path, pins: dict[str, str] | None = None, keep_quantized: bool = False) -> Checkpoint:
+    """A ``.nemo`` file, a folder holding exactly one, mlx-community's folder (config.json + model.safetensors,
+    float or quantized by mlx-audio) or the transformers layout (config.json naming ParakeetForTDT/RNNT/CTC,
+    safetensors, tokenizer.json). A quantized folder's encoder keeps its packed weights with ``keep_quantized`` (for
+    MLX's quantized layers); else, and for the transducer (numpy) always, they are widened to float32."""
     path = Path(path)
     if path.is_dir() and is_mlx_folder(path):
-        ckpt = _load_mlx(path)
+        ckpt = _load_mlx(path, keep_quantized)
     elif path.is_dir() and transformers_architecture(path):
         ckpt = transformers_layout.load(path)
     else:
@@ -107,9 +109,10 @@ def _load_nemo(path: Path) -> Checkpoint:
     return Checkpoint(path, "nemo", front, dims, vocabulary, weights, [path])
 
 
-def _load_mlx(folder: Path) -> Checkpoint:
+def _load_mlx(folder: Path, keep_quantized: bool = False) -> Checkpoint:
     """parakeet-mlx's layout: NeMo's names and config, MLX's convolution layouts, each LSTM layer as Wx, Wh and one
-    bias (NeMo's two summed), float16, bfloat16 or float32 (computed in float32)."""
+    bias (NeMo's two summed), float16, bfloat16 or float32 (computed in float32), or quantized by mlx-audio's
+    converter (``mlx_audio.convert -q``: the encoder's Linears and the joint's encoder projection)."""
     config_path, weights_path = folder / "config.json", folder / "model.safetensors"
     config = read_json_object(config_path)
     if not weights_path.is_file():
@@ -121,9 +124,16 @@ def _load_mlx(folder: Path) -> Checkpoint:
         raise CheckpointError(f"{config_path}: {key}.vocabulary must be a list of strings")
     vocabulary = Vocabulary.from_pieces(pieces)
     check_vocabulary(vocabulary, dims, f"{config_path}: {key}.vocabulary")
-    weights = ctc_head_names(mlx_folder_weights(weights_path), dims)
-    check_shapes(weights, expected_shapes(dims), weights_path)
-    return Checkpoint(folder, "mlx", front, dims, vocabulary, weights, [config_path, weights_path])
+    shapes = expected_shapes(dims)
+    weights, quantized = read_folder(weights_path, config, config_path, shapes, keep_quantized, mlx_computed)
+    weights = ctc_head_names(weights, dims)
+    check_folder(weights, quantized, shapes, weights_path)
+    return Checkpoint(folder, "mlx", front, dims, vocabulary, weights, [config_path, weights_path], quantized)
+
+
+def mlx_computed(module: str) -> bool:
+    """The modules MLX computes (the encoder's), which may stay packed; the transducer and CTC head run in numpy."""
+    return module.startswith("encoder.")
 
 
 def ctc_head_names(weights: dict, dims: Dims) -> dict:

@@ -19,6 +19,7 @@ from omnid.audio import SAMPLE_RATE
 from omnid.engine.errors import EngineError
 from omnid.engine.interface import Capabilities, Hypothesis
 from omnid.engine.nemo import timestamps
+from omnid.engine.nemo.mlx_folder import keep_packed
 from omnid.engine.nemo.transducer import Token
 from omnid.engine.options import TranscribeOptions
 from omnid.engine.parakeet.checkpoint import load
@@ -39,10 +40,10 @@ class ParakeetEngine:
     kind = "parakeet"
 
     def __init__(self, model_id: str, path: Path, pins: Mapping[str, str] | None = None,
-                 options: ParakeetOptions = ParakeetOptions()):
+                 options: ParakeetOptions = ParakeetOptions(), keep_quantized: bool | None = None):
         started = time.perf_counter()
         self.model_id, self.options = model_id, options
-        ckpt = load(Path(path), dict(pins) if pins else None)
+        ckpt = load(Path(path), dict(pins) if pins else None, keep_packed(keep_quantized))
         self.layout = ckpt.layout
         self.model = Parakeet(ckpt)
         self.ctc = options.decoder == "ctc" or self.model.transducer is None  # a CTC model has only that head

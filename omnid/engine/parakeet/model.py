@@ -10,6 +10,7 @@ import numpy as np
 
 from omnid.engine.nemo.fastconformer import FastConformer
 from omnid.engine.nemo.features import log_mel
+from omnid.engine.nemo.mlx_folder import load_module
 from omnid.engine.nemo.transducer import Ctc, Token
 from omnid.engine.nemo.transducer_checkpoint import Checkpoint, transducer
 
@@ -22,9 +23,7 @@ class Parakeet:
         self.front, self.dims, self.vocabulary = ckpt.front, d, ckpt.vocabulary
         w = ckpt.weights
         self.encoder = FastConformer(d.conformer)
-        encoder = [(name.removeprefix("encoder."), mx.array(w.pop(name))) for name in list(w) if name.startswith("encoder.")]
-        self.encoder.load_weights(encoder)
-        mx.eval(self.encoder.parameters())
+        load_module(self.encoder, w, "encoder.", ckpt.quantized)
         self.transducer = transducer(w, d) if d.transducer else None
         self.ctc = Ctc(w.pop("ctc_decoder.decoder_layers.0.weight"), w.pop("ctc_decoder.decoder_layers.0.bias")) \
             if d.ctc else None
