@@ -81,3 +81,28 @@ def test_every_package_folder_is_in_the_layout_table():
     named = {name for name in layout_rows() if name.startswith("omnid/") and name.endswith("/")}
     assert folders - named == set(), f"not in docs/development.md's layout table: {sorted(folders - named)}"
     assert named - folders == set(), f"in the layout table but not in omnid/: {sorted(named - folders)}"
+
+
+# --- the README's checkpoint matrix -----------------------------------------------------------------------------
+
+def matrix() -> list[list[str]]:
+    """The README's "Which checkpoints load" table, a row per layout: kind, layout, dtype, repos, the tests."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("### Which checkpoints load", 1)[1].split("\n#", 1)[0].split("\n\n")[2].strip()
+    assert not shape_errors(table), shape_errors(table)
+    return [cells(row) for row in table.splitlines()[2:]]
+
+
+def test_every_test_the_checkpoint_matrix_names_exists():
+    """Each row names the test file (tests/) that loads its layout, and where it names a test, that file defines it:
+    the matrix cannot point at a test that was renamed or removed."""
+    tests = Path(__file__).resolve().parent
+    rows = matrix()
+    assert len(rows) >= 20 and all(row[4] for row in rows), [row[:2] for row in rows if not row[4]]
+    named = [m.groups() for row in rows for m in re.finditer(r"`(test_\w+\.py)(?:::(test_\w+))?`", row[4])]
+    assert len(named) >= len(rows)
+    missing = [file for file, _ in named if not (tests / file).is_file()]
+    assert missing == []
+    undefined = [f"{file}::{name}" for file, name in named
+                 if name and not re.search(rf"^(async )?def {name}\(", (tests / file).read_text(), re.M)]
+    assert undefined == []
