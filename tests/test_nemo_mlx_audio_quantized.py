@@ -438,3 +438,23 @@ def test_a_missing_scale_or_bias_is_named(name: str, made: Callable[[str], Path]
     _drop_tensor(folder, f"{module}.biases")
     with pytest.raises(CheckpointError, match=rf"model\.safetensors: tensor {module}\.biases missing"):
         LOADERS[name](folder, keep_quantized=True)
+
+
+def test_a_quantized_sortformer_folder_is_refused_naming_its_config(tmp_path: Path) -> None:
+    """No converter writes one (above); one made by hand, a module packed by MLX's own quantize, is refused."""
+    from omnid.engine.sortformer.checkpoint import load
+    from tests import sortformer_reference
+
+    folder = sortformer_reference.convert(SORTFORMER, tmp_path / "s", "sinusoid")
+    tensors = dict(mx.load(str(folder / "model.safetensors")))
+    module = "fc_encoder.layers.0.feed_forward1.linear1"
+    packed = mx.quantize(tensors[f"{module}.weight"], group_size=64, bits=4)
+    tensors.update(zip((f"{module}.weight", f"{module}.scales", f"{module}.biases"), packed, strict=True))
+    mx.save_safetensors(str(folder / "model.safetensors"), tensors)
+    with pytest.raises(CheckpointError, match=rf"model\.safetensors: tensor {module}\.weight has shape \(256, 8\)"):
+        load(folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization"] = {"group_size": 64, "bits": 4, "mode": "affine"}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"s/config\.json: quantized Sortformer weights are not read"):
+        load(folder)

@@ -155,6 +155,9 @@ def _load_mlx(folder: Path) -> Checkpoint:
     config = read_json_object(config_path)
     if not weights_path.is_file():
         raise CheckpointError(f"{folder}: model.safetensors is missing")
+    if config.get("quantization") is not None or config.get("quantization_config") is not None:
+        raise CheckpointError(f"{config_path}: quantized Sortformer weights are not read (mlx-audio 0.6.2, the "
+                              "converter of this layout, writes none); use a float16 or float32 folder")
     fc = archive.section(config, "fc_encoder_config", config_path)
     tf = archive.section(config, "tf_encoder_config", config_path)
     mods = archive.section(config, "modules_config", config_path)
