@@ -25,7 +25,7 @@ import numpy as np
 from omnid.engine.errors import CheckpointError
 from omnid.engine.nemo.fastconformer import encoder_name, mlx_layout
 from omnid.engine.quantization import Quantization, packed, read_block, widen
-from omnid.engine.tensor_file import check_shapes, read_tensors
+from omnid.engine.tensor_file import WeightFiles, check_shapes, read_tensors
 
 _LSTM = re.compile(r"^(decoder\.prediction\.dec_rnn\.lstm)\.(weight_ih|weight_hh|bias_ih|bias_hh)_l(\d+)$")
 RNN = "decoder.prediction.dec_rnn.lstm."
@@ -42,15 +42,22 @@ def omnid_name(name: str) -> str:
     return "encoder." + encoder_name(name.removeprefix("encoder.")) if name.startswith("encoder.") else name
 
 
-def read_folder(weights_path: Path, config: Mapping[str, Any], config_path: Path, shapes: Mapping[str, tuple[int, ...]],
+def read_folder(weights_path: Path | WeightFiles, config: Mapping[str, Any], config_path: Path,
+                shapes: Mapping[str, tuple[int, ...]],
                 keep_quantized: bool = False, packable: Callable[[str], bool] = lambda _module: False,
                 ) -> tuple[dict[str, Any], dict[str, Quantization]]:
     """An mlx-community ``model.safetensors`` (NeMo's names, MLX's convolution layouts, each LSTM layer as Wx, Wh
     and one bias: NeMo's two summed) under this package's names: float32 numpy arrays, each tensor freed once
     converted, and the modules ``packable`` names (this package's module names) kept packed as MLX arrays with
     ``keep_quantized`` -> (weights, those modules' packing). ``shapes``: the kind's tensors (this package's names),
-    against which each packed matrix is checked; :func:`check_folder` checks the rest."""
-    tensors = read_tensors(weights_path)
+    against which each packed matrix is checked; :func:`check_folder` checks the rest. ``weights_path`` may be a
+    folder's sharded weights (``tensor_file.weight_files``: mlx-audio's converter shards past 5 GB), errors then
+    naming the index."""
+    if isinstance(weights_path, WeightFiles):
+        tensors = weights_path.tensors()
+        weights_path = weights_path.index or weights_path.shards[0]
+    else:
+        tensors = read_tensors(weights_path)
     block = read_block(dict(config), config_path, lambda module: module)  # errors name the folder's tensors
     weights: dict[str, Any] = {}
     quantized: dict[str, Quantization] = {}

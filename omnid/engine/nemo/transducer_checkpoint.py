@@ -16,6 +16,7 @@ import numpy as np
 
 from omnid.engine.errors import CheckpointError
 from omnid.engine.nemo import archive
+from omnid.engine.nemo.encoder_config import encoder_config
 from omnid.engine.nemo.fastconformer import ConformerDims, encoder_name, encoder_shapes, mlx_layout
 from omnid.engine.nemo.features import FrontEnd, check_buffers
 from omnid.engine.nemo.tokenizer import Vocabulary
@@ -156,50 +157,22 @@ def nemo_weights(nemo: archive.NemoFile, front: FrontEnd, path: Path) -> dict[st
     return weights
 
 
-# A cache-aware streaming encoder's switches (Nemotron's), where Parakeet's are NeMo's offline defaults.
-STREAMING = {"conv_norm_type": "layer_norm", "causal_downsampling": True, "conv_context_size": "causal",
-             "att_context_style": "chunked_limited"}
-OFFLINE = {"conv_norm_type": "batch_norm", "causal_downsampling": False}
-
-
 def model_config(cfg: dict, source: Path, streaming: bool = False) -> tuple[Dims, FrontEnd]:
     """A NeMo transducer's config (Parakeet's; with ``streaming``, a cache-aware encoder's) -> its sizes and front
     end, every switch omnid does not compute refused naming the file and the key."""
-    pre = archive.section(cfg, "preprocessor", source)
-    enc = archive.section(cfg, "encoder", source)
+    conformer, front = encoder_config(cfg, source, streaming)
     dec = archive.section(cfg, "decoder", source)
     ctc_only = not streaming and ctc_model(cfg)  # the decoder is the CTC head: no prediction network, no joint
     joint = {} if ctc_only else archive.section(cfg, "joint", source)
     decoding = cfg["decoding"] if isinstance(cfg.get("decoding"), dict) else {}
     get = archive.getter(source)
-    switches = [(enc, key, want) for key, want in (STREAMING if streaming else OFFLINE).items()]
-    for part, key, want in ((enc, "subsampling", "dw_striding"), (enc, "self_attention_model", "rel_pos"),
-                            *switches, (dec, "blank_as_pad", True), (pre, "window", "hann"), (pre, "pad_to", 0),
-                            (pre, "frame_splicing", 1), (pre, "log", True)):
-        if part.get(key, want) != want:
-            raise CheckpointError(f"{source}: {key} is {part.get(key)!r}; only {want!r} is supported")
-    if not streaming and list(enc.get("att_context_size", [-1, -1])) != [-1, -1]:
-        raise CheckpointError(f"{source}: att_context_size is {enc.get('att_context_size')!r}: limited-context "
-                              "(streaming) encoders are not Parakeet's; only [-1, -1] is supported")
-    normalize = pre.get("normalize", "per_feature")
-    if normalize not in ("per_feature", "NA"):
-        raise CheckpointError(f"{source}: preprocessor.normalize is {normalize!r}; per_feature or NA are supported")
-    if float(pre.get("log_zero_guard_value", 2**-24)) != 2**-24:
-        raise CheckpointError(f"{source}: unsupported preprocessor log guard")
+    if dec.get("blank_as_pad", True) not in (True,):  # as NeMo compares it (1 is True)
+        raise CheckpointError(f"{source}: blank_as_pad is {dec.get('blank_as_pad')!r}; only True is supported")
     activation = "relu" if ctc_only else archive.section(joint, "jointnet", source).get("activation", "relu")
     if activation != "relu":
         raise CheckpointError(f"{source}: joint activation {activation!r}; only relu is supported")
-    d_model = get(enc, "d_model", int)
-    n_mels = get(pre, "features", int)
-    conformer = ConformerDims(
-        n_mels=n_mels, d_model=d_model, layers=get(enc, "n_layers", int), heads=get(enc, "n_heads", int),
-        ff=d_model * get(enc, "ff_expansion_factor", int), conv_kernel=get(enc, "conv_kernel_size", int),
-        subsampling_factor=get(enc, "subsampling_factor", int),
-        subsampling_channels=get(enc, "subsampling_conv_channels", int), xscaling=bool(enc.get("xscaling", True)),
-        bias=bool(enc.get("use_bias", True)), causal=streaming,
-        conv_norm="layer_norm" if streaming else "batch_norm")
     if ctc_only:
-        return _ctc_dims(dec, conformer, source), _front_end(pre, enc, conformer, normalize, source)
+        return _ctc_dims(dec, conformer, source), front
     prednet = archive.section(dec, "prednet", source)
     jointnet = archive.section(joint, "jointnet", source)
     extra = int(joint.get("num_extra_outputs", 0) or 0)
@@ -215,7 +188,7 @@ def model_config(cfg: dict, source: Path, streaming: bool = False) -> tuple[Dims
     dims = Dims(conformer=conformer, vocabulary=get(dec, "vocab_size", int), pred_hidden=get(prednet, "pred_hidden", int),
                 pred_layers=get(prednet, "pred_rnn_layers", int), joint_hidden=get(jointnet, "joint_hidden", int),
                 durations=durations, max_symbols=max_symbols, ctc=isinstance(cfg.get("aux_ctc"), dict))
-    return dims, _front_end(pre, enc, conformer, normalize, source)
+    return dims, front
 
 
 def _ctc_dims(dec: dict, conformer: ConformerDims, source: Path) -> Dims:
@@ -235,17 +208,3 @@ def _ctc_dims(dec: dict, conformer: ConformerDims, source: Path) -> Dims:
                               f"{conformer.d_model}")
     return Dims(conformer=conformer, vocabulary=classes, pred_hidden=0, pred_layers=0, joint_hidden=0, durations=(),
                 max_symbols=DEFAULT_MAX_SYMBOLS, ctc=True, transducer=False)
-
-
-def _front_end(pre: dict, enc: dict, conformer: ConformerDims, normalize: str, source: Path) -> FrontEnd:
-    get = archive.getter(source)
-    n_mels, d_model = conformer.n_mels, conformer.d_model
-    rate = get(pre, "sample_rate", int)
-    front = FrontEnd(sample_rate=rate, n_mels=n_mels, n_fft=get(pre, "n_fft", int),
-                     win_length=round(get(pre, "window_size", float) * rate),
-                     hop_length=round(get(pre, "window_stride", float) * rate),
-                     preemph=float(pre.get("preemph", 0.97)), normalize=normalize)
-    if front.sample_rate != 16000 or front.win_length > front.n_fft or conformer.subsampling_factor != 8 \
-            or d_model % conformer.heads or get(enc, "feat_in", int) != n_mels:
-        raise CheckpointError(f"{source}: unsupported front end or encoder ({front}, {conformer})")
-    return front

@@ -1,0 +1,210 @@
+"""Cohere Transcribe: NeMo's log-mel (engine/nemo/features.py: 128 mels, per-feature normalisation over the valid
+frames, no dither), the shared FastConformer (engine/nemo/fastconformer.py, at 1280 wide and 48 layers with biases and
+no input scaling; numpy layers on MLX's CPU device), then a Transformer decoder in MLX with cross-attention over the
+projected encoder output, decoded greedily after the official prompt.
+
+The decoder (transformers' ``CohereAsrDecoder``, NeMo's ``TransformerDecoder``): ``LN(E[token] + P[position])`` with
+a stored position table and no embedding scaling, positions 0, 1, ... from the prompt's first token; pre-LN layers of
+causal self-attention (a key/value cache per layer), cross-attention over ``encoder_decoder_proj(encoder output)``
+(keys and values computed once per clip) and a ReLU feed-forward; a final LN; the head (``log_softmax.mlp.layer0``,
+with a bias: its log-softmax changes no argmax). Every projection has a bias; attention is scaled by head_dim^-0.5.
+Module names are mlx-audio's, so that a converted folder's weights load as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from omnid.engine.cohere_asr.checkpoint import Checkpoint, DecoderDims
+from omnid.engine.nemo.fastconformer import FastConformer
+from omnid.engine.nemo.features import log_mel
+from omnid.engine.nemo.mlx_folder import load_module
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.query_net, self.key_net, self.value_net, self.out_projection = (nn.Linear(hidden, hidden)
+                                                                             for _ in range(4))
+
+    def split(self, x: mx.array) -> mx.array:
+        """(B, T, hidden) -> (B, heads, T, head_dim)."""
+        b, t, h = x.shape
+        return x.reshape(b, t, self.heads, h // self.heads).transpose(0, 2, 1, 3)
+
+    def keys_values(self, x: mx.array) -> tuple[mx.array, mx.array]:
+        return self.split(self.key_net(x)), self.split(self.value_net(x))
+
+    def attend(self, x: mx.array, k: mx.array, v: mx.array, mask: mx.array | None = None) -> mx.array:
+        q = self.split(self.query_net(x))
+        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=q.shape[-1] ** -0.5, mask=mask)
+        b, _, t, _ = out.shape
+        return self.out_projection(out.transpose(0, 2, 1, 3).reshape(b, t, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, hidden: int, inner: int):
+        super().__init__()
+        self.dense_in, self.dense_out = nn.Linear(hidden, inner), nn.Linear(inner, hidden)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.dense_out(nn.relu(self.dense_in(x)))
+
+
+@dataclass
+class LayerCache:
+    keys: mx.array  # self-attention's, (1, heads, tokens so far, head_dim)
+    values: mx.array
+    cross_keys: mx.array  # over the clip's encoder frames
+    cross_values: mx.array
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, d: DecoderDims):
+        super().__init__()
+        self.layer_norm_1, self.layer_norm_2, self.layer_norm_3 = (nn.LayerNorm(d.hidden) for _ in range(3))
+        self.first_sub_layer = Attention(d.hidden, d.heads)
+        self.second_sub_layer = Attention(d.hidden, d.heads)
+        self.third_sub_layer = FeedForward(d.hidden, d.inner)
+
+    def __call__(self, x: mx.array, cache: LayerCache, mask: mx.array | None) -> mx.array:
+        normed = self.layer_norm_1(x)
+        k, v = self.first_sub_layer.keys_values(normed)
+        cache.keys = mx.concatenate([cache.keys, k], axis=2)
+        cache.values = mx.concatenate([cache.values, v], axis=2)
+        x = x + self.first_sub_layer.attend(normed, cache.keys, cache.values, mask)
+        x = x + self.second_sub_layer.attend(self.layer_norm_2(x), cache.cross_keys, cache.cross_values)
+        return x + self.third_sub_layer(self.layer_norm_3(x))
+
+
+class PositionTable(nn.Module):
+    def __init__(self, d: DecoderDims):
+        super().__init__()
+        self.pos_enc = mx.zeros((d.positions, d.hidden))
+
+
+class Embedding(nn.Module):
+    def __init__(self, d: DecoderDims):
+        super().__init__()
+        self.token_embedding = nn.Embedding(d.vocabulary, d.hidden)
+        self.position_embedding = PositionTable(d)
+        self.layer_norm = nn.LayerNorm(d.hidden)
+
+    def __call__(self, ids: mx.array, first: int) -> mx.array:
+        positions = self.position_embedding.pos_enc[first : first + ids.shape[-1]]
+        return self.layer_norm(self.token_embedding(ids) + positions)
+
+
+class Layers(nn.Module):
+    def __init__(self, d: DecoderDims):
+        super().__init__()
+        self.layers = [DecoderLayer(d) for _ in range(d.layers)]
+        self.final_layer_norm = nn.LayerNorm(d.hidden)
+
+
+class TransfDecoder(nn.Module):
+    def __init__(self, d: DecoderDims):
+        super().__init__()
+        self.embedding = Embedding(d)
+        self.decoder = Layers(d)
+
+
+class Classes(nn.Module):
+    def __init__(self, d: DecoderDims):
+        super().__init__()
+        self.layer0 = nn.Linear(d.hidden, d.vocabulary)
+
+
+class Head(nn.Module):
+    def __init__(self, d: DecoderDims):
+        super().__init__()
+        self.mlp = Classes(d)
+
+
+class Decoder(nn.Module):
+    """Everything after the encoder, under the checkpoint's names."""
+
+    def __init__(self, d: DecoderDims, d_model: int, proj: bool):
+        super().__init__()
+        self.dims = d
+        self.transf_decoder = TransfDecoder(d)
+        if proj:
+            self.encoder_decoder_proj = nn.Linear(d_model, d.hidden)
+        self.log_softmax = Head(d)
+
+    def caches(self, encoded: mx.array) -> list[LayerCache]:
+        """Each layer's caches for one clip: its cross-attention's keys and values over the projected encoder
+        output (1, frames, d_model), and empty self-attention ones."""
+        memory = self.encoder_decoder_proj(encoded) if "encoder_decoder_proj" in self else encoded
+        out = []
+        for layer in self.transf_decoder.decoder.layers:
+            k, v = layer.second_sub_layer.keys_values(memory)
+            empty = mx.zeros((1, self.dims.heads, 0, self.dims.hidden // self.dims.heads), k.dtype)
+            out.append(LayerCache(empty, empty, k, v))
+        return out
+
+    def logits(self, ids: list[int], first: int, caches: list[LayerCache]) -> mx.array:
+        """The next token's logits (vocabulary,) after ``ids`` at positions ``first``, ``first + 1``, ...; the caches
+        extended by them."""
+        x = self.transf_decoder.embedding(mx.array(ids)[None], first)
+        t = len(ids)
+        mask = None
+        if t > 1:  # causal among the new tokens; every cached one is visible
+            mask = mx.concatenate([mx.zeros((t, first)), nn.MultiHeadAttention.create_additive_causal_mask(t)],
+                                  axis=1)
+        for layer, cache in zip(self.transf_decoder.decoder.layers, caches, strict=True):
+            x = layer(x, cache, mask)
+        x = self.transf_decoder.decoder.final_layer_norm(x[:, -1])
+        return self.log_softmax.mlp.layer0(x)[0]
+
+
+@dataclass(frozen=True)
+class Generation:
+    tokens: list[int]  # generated, the end token excluded
+    finish: str  # "stop" (the end token) or "length" (the budget)
+
+
+class CohereAsr:
+    def __init__(self, ckpt: Checkpoint):
+        self.front, self.dims, self.tokenizer, self.eos = ckpt.front, ckpt.dims, ckpt.tokenizer, ckpt.eos
+        w = ckpt.weights
+        self.encoder = FastConformer(ckpt.dims.conformer)
+        load_module(self.encoder, w, "encoder.", ckpt.quantized)
+        self.decoder = Decoder(ckpt.dims.decoder, ckpt.dims.conformer.d_model, "encoder_decoder_proj.weight" in w)
+        load_module(self.decoder, w, "", ckpt.quantized)
+
+    def features(self, audio: np.ndarray) -> np.ndarray:
+        """16 kHz mono float32 -> (n // 160, 128): the valid frames, normalised per feature over them."""
+        return log_mel(audio, self.front)
+
+    def encode(self, mel: np.ndarray) -> mx.array:
+        """(frames, n_mels) -> (1, encoder frames, d_model)."""
+        x = self.encoder.subsampling(mx.array(mel)[None])
+        out = self.encoder.encode(x)
+        mx.eval(out)
+        return out
+
+    def generate(self, encoded: mx.array, prompt: list[int], budget: int,
+                 check: Callable[[], None] = lambda: None) -> Generation:
+        """Greedy tokens after the prompt: until the end token or ``budget`` new tokens (the end token counted, as
+        transformers' max_new_tokens counts it), held to the position table."""
+        budget = min(budget, self.dims.decoder.positions - len(prompt))
+        caches = self.decoder.caches(encoded)
+        tokens: list[int] = []
+        ids, first = prompt, 0
+        while len(tokens) < budget:
+            check()
+            logits = self.decoder.logits(ids, first, caches)
+            token = int(np.array(mx.argmax(logits)))
+            if token == self.eos:
+                return Generation(tokens, "stop")
+            tokens.append(token)
+            first += len(ids)
+            ids = [token]
+        return Generation(tokens, "length")
