@@ -142,6 +142,9 @@ def model_config(config: dict, source: Path) -> Dims:
                         ("num_attention_heads", dims.heads), ("max_sequence_length", dims.positions)):
         if value < 1:
             raise CheckpointError(f"{source}: {name} must be positive, not {value}")
+    if head.get("hidden_size", dims.hidden) != dims.hidden:
+        raise CheckpointError(f"{source}: head.hidden_size is {head.get('hidden_size')!r}; the decoder's hidden_size "
+                              f"is {dims.hidden}")
     if dims.hidden % dims.heads:
         raise CheckpointError(f"{source}: hidden_size {dims.hidden} is not a multiple of {dims.heads} heads")
     return Dims(conformer, dims)
