@@ -274,6 +274,24 @@ def test_mlx_audio_folder_loads_the_same_weights_and_tokens(tmp_path: Path) -> N
         assert e.transcribe(audio(case), opts(case)).text == c["text"].lstrip()
 
 
+def test_mlx_audio_float16_folder_decodes_as_transformers_does(tmp_path: Path) -> None:
+    """``dtype="float16"``: the weights are the original's in float16 exactly, and the goldens' ids come out up to
+    the first step where transformers' own top-two margin is under 1e-3 (float16 rounding may turn a near tie)."""
+    folder = convert(tmp_path / "f16", dtype="float16")
+    ours, theirs = checkpoint.load(GOLDENS), checkpoint.load(folder)
+    for name, array in ours.weights.items():
+        assert np.array_equal(np.array(mx.array(array).astype(mx.float16).astype(mx.float32)), theirs.weights[name])
+    e = engine(folder)
+    for case in CASES:
+        c = meta()["cases"][case]
+        for k, ch in enumerate(c["chunks"]):
+            start, end = ch["samples"]
+            gen = e.model.generate(e.model.encode(e.model.features(audio(case)[start:end])), c["prompt_ids"], 256)
+            margins = arrays()[f"{case}/chunk{k}/margins"]
+            sure = next((i for i, m in enumerate(margins) if m < 1e-3), len(margins))
+            assert gen.tokens[:sure] == golden_ids(ch)[:sure], (case, k)
+
+
 @pytest.mark.parametrize("packed", [False, True])
 def test_mlx_audio_quantized_folder_decodes_as_mlx_audio_does(tmp_path: Path, packed: bool) -> None:
     """An 8-bit folder (group 32: the modules whose input width it divides), widened at load (MLX's CPU device) or
