@@ -128,7 +128,7 @@ def test_models_lists_what_the_cache_holds_by_kind_and_why_not(cache):
         assert (kind, layout.split(",")[0].split()[0], bits) == ("whisper", "mlx", precision), out.stdout
     assert lines["org/sortformer-tiny"].split("  ")[1:4] == ["sortformer", "nemo", "?"], out.stdout
     assert lines["org/notes"].startswith("org/notes  cannot serve: its files are no Whisper, Qwen3-ASR, Parakeet, "
-                                         "Nemotron, Sortformer or Qwen3-ForcedAligner checkpoint (README.md, data)"), \
+                                         "Nemotron, Cohere Transcribe, Sortformer or Qwen3-ForcedAligner checkpoint (README.md, data)"), \
         out.stdout
     assert f"{cache.resolve()}/models--org--broken/snapshots/{NEW}/{NEMO}: " in lines["org/broken"], out.stdout
     assert f"{cache.resolve()}/models--org--half/snapshots/{NEW}/config.json: " in lines["org/half"], out.stdout
