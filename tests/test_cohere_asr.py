@@ -235,7 +235,7 @@ def test_audio_too_short_for_two_frames_is_empty() -> None:
 
 def test_the_kind_recognises_both_layouts(tmp_path: Path) -> None:
     mlx = convert(tmp_path / "mlx")
-    for folder, form in ((GOLDENS, "hf"), (mlx, "mlx")):
+    for folder, form in ((GOLDENS, "original"), (mlx, "mlx")):
         kind = kinds.recognise(folder)
         assert kind is not None and kind.name == "cohere_asr"
         assert kind.layout(folder).startswith(f"{form}, tokenizer: tokenizer.json")
@@ -264,7 +264,7 @@ def test_mlx_audio_folder_loads_the_same_weights_and_tokens(tmp_path: Path) -> N
     folder = convert(tmp_path / "mlx")
     assert (folder / "model.safetensors.index.json").is_file()
     ours, theirs = checkpoint.load(GOLDENS), checkpoint.load(folder)
-    assert theirs.layout == "mlx" and ours.layout == "hf"
+    assert theirs.layout == "mlx" and ours.layout == "original"
     assert sorted(ours.weights) == sorted(theirs.weights)
     for name, array in ours.weights.items():
         assert np.array_equal(np.asarray(array), np.asarray(theirs.weights[name])), name

@@ -68,7 +68,7 @@ class Dims:
 @dataclass
 class Checkpoint:
     path: Path
-    layout: str  # "hf" (the original repo) or "mlx" (mlx-audio's conversion)
+    layout: str  # "original" (the Hub repo as Cohere ships it) or "mlx" (mlx-audio's conversion)
     front: FrontEnd
     dims: Dims
     tokenizer: CohereTokenizer
@@ -90,14 +90,14 @@ def is_cohere(path: Path) -> bool:
 
 def layout(folder: Path) -> str:
     """Which layout a Cohere folder's weights are in, told by their names (the index's map, else the files'
-    safetensors headers): "hf" (``transf_decoder._embedding...``) or "mlx" (``transf_decoder.embedding...``)."""
+    safetensors headers): "original" (``transf_decoder._embedding...``) or "mlx" (``transf_decoder.embedding...``)."""
     found = weight_files(folder, "*.safetensors")
     if not found.shards:
         raise CheckpointError(f"{folder}: no *.safetensors weights")
     names = [n for names in found.mapped.values() for n in names] if found.mapped is not None else \
         [n for path in found.shards for n in _header_names(path)]
     if any(n.startswith("transf_decoder._embedding.") for n in names):
-        return "hf"
+        return "original"
     if any(n.startswith("transf_decoder.embedding.") for n in names):
         return "mlx"
     raise CheckpointError(f"{found.index or found.shards[0]}: neither the original Cohere Transcribe names "
@@ -226,7 +226,7 @@ def load(path: Path, pins: dict[str, str] | None = None, keep_quantized: bool = 
     found = weight_files(folder, "*.safetensors")
     kind = layout(folder)
     quantized: dict[str, Quantization] = {}
-    if kind == "hf":
+    if kind == "original":
         weights = _read_original(found)
     else:
         weights, quantized = _read_mlx(found, config, config_path, dims, keep_quantized)

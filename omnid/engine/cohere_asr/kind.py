@@ -24,7 +24,7 @@ def load(model_id: str, path: Path, pins: Mapping[str, str], opts: CohereOptions
 
 
 def layout(path: Path) -> str:
-    """"hf" (the original repo's names, PyTorch layouts) or "mlx" (mlx-audio's conversion; "mlx N-bit" when
+    """"original" (the original repo's names, PyTorch layouts) or "mlx" (mlx-audio's conversion; "mlx N-bit" when
     quantized), with the tokenizer file the text comes from."""
     from omnid.engine.cohere_asr import checkpoint
     from omnid.engine.json_file import read_json_object
