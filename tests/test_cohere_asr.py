@@ -226,6 +226,25 @@ def test_redecode_continues_its_stable_prefix() -> None:
     assert len(previous.tokens) == 12 + 2 * (12 - 5)  # two free decodes, then two forcing all but 5 tokens
 
 
+def test_a_job_can_stop_between_encoder_layers() -> None:
+    """The shared FastConformer runs the job's check after each layer (numpy layers on the CPU, MLX's elsewhere), so
+    a cancelled transcription stops inside the 48-layer encoder, not after it."""
+    e = engine()
+    mel = e.model.features(audio(CASES[0]))
+    calls: list[int] = []
+    e.model.encode(mel, lambda: calls.append(1))
+    assert len(calls) == e.model.dims.conformer.layers
+
+    class Stop(Exception):
+        pass
+
+    def stop() -> None:
+        raise Stop
+
+    with pytest.raises(Stop):
+        e.model.encode(mel, stop)
+
+
 def test_audio_too_short_for_two_frames_is_empty() -> None:
     """Under 320 samples the official features are NaN (0/0) and the model emits <unk> for its whole budget: an
     empty text; here empty without model work."""

@@ -111,7 +111,7 @@ class CohereAsrEngine:
             return Generation([], "stop")
         mel = self.model.features(audio)
         check()
-        encoded = self.model.encode(mel)
+        encoded = self.model.encode(mel, check)
         return self.model.generate(encoded, prompt + (forced or []), budget, check)
 
     def official_text(self, prompt: list[int], tokens: list[int]) -> str:

@@ -183,10 +183,10 @@ class CohereAsr:
         """16 kHz mono float32 -> (n // 160, 128): the valid frames, normalised per feature over them."""
         return log_mel(audio, self.front)
 
-    def encode(self, mel: np.ndarray) -> mx.array:
-        """(frames, n_mels) -> (1, encoder frames, d_model)."""
+    def encode(self, mel: np.ndarray, check: Callable[[], None] | None = None) -> mx.array:
+        """(frames, n_mels) -> (1, encoder frames, d_model); ``check`` between encoder layers."""
         x = self.encoder.subsampling(mx.array(mel)[None])
-        out = self.encoder.encode(x)
+        out = self.encoder.encode(x, check=check)
         mx.eval(out)
         return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -250,19 +251,23 @@ class FastConformer(nn.Module):
         self.subsampling = Subsampling(d)
         self.layers = [ConformerLayer(d) for _ in range(d.layers)]
 
-    def encode(self, x: mx.array, context: tuple[int, int] | None = None) -> mx.array:
+    def encode(self, x: mx.array, context: tuple[int, int] | None = None,
+               check: Callable[[], None] | None = None) -> mx.array:
         """Pre-encoded frames (B, T, d_model) -> encoded (B, T, d_model); with ``context`` (left, right) frames,
-        NeMo's chunked-limited attention (a cache-aware encoder's offline pass)."""
+        NeMo's chunked-limited attention (a cache-aware encoder's offline pass). ``check`` runs between layers (a
+        cancelled job stops there)."""
         if self.d.xscaling:
             x = x * math.sqrt(self.d.d_model)
         if on_cpu(x) and not self.d.causal and context is None and not self.packed:
             table = relative_table(x.shape[1], self.d.d_model)
-            return through_layers(x[0], self._cpu_layers, *relative_sinusoids(table))[None]
+            return through_layers(x[0], self._cpu_layers, *relative_sinusoids(table), after_each=check)[None]
         pos = relative_positions(x.shape[1], self.d.d_model)
         mask = None if context is None else chunked_mask(x.shape[1], *context)
         for layer in self.layers:
             x = layer(x, pos, mask)
             mx.eval(x)  # one layer's graph at a time: bounded temporaries
+            if check is not None:
+                check()
         return x
 
     @cached_property
