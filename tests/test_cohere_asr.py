@@ -31,6 +31,7 @@ from omnid.engine.options import TranscribeOptions
 from omnid.runtime.request_rules import RuleError, language
 from tests.helpers import nemo_goldens
 from tests.nemotron_reference import stt_models_package
+from tests.test_sharded import sharded_copy
 
 GOLDENS = Path(__file__).parent / "goldens" / "cohere_asr_tiny"
 CORPUS = Path(__file__).parent / "corpus"
@@ -258,6 +259,17 @@ def test_the_kind_recognises_both_layouts(tmp_path: Path) -> None:
         kind = kinds.recognise(folder)
         assert kind is not None and kind.name == "cohere_asr"
         assert kind.layout(folder).startswith(f"{form}, tokenizer: tokenizer.json")
+
+
+def test_sharded_original_weights_load_by_their_index(tmp_path: Path) -> None:
+    """The original layout saved in shards (as save_pretrained writes them past its shard size), read by their
+    index: the same weights, the index named first among the pinned files."""
+    folder = sharded_copy(GOLDENS, tmp_path / "sharded")
+    ours, theirs = checkpoint.load(GOLDENS), checkpoint.load(folder)
+    assert len(list(folder.glob("model-*.safetensors"))) > 1 and theirs.layout == "original"
+    assert theirs.files[2].name == "model.safetensors.index.json"
+    for name, array in ours.weights.items():
+        assert np.array_equal(np.asarray(array), np.asarray(theirs.weights[name])), name
 
 
 # --- mlx-audio's conversion ----------------------------------------------------------------------------------------
