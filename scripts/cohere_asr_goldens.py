@@ -387,6 +387,7 @@ FIRST_FRAMES = 32  # features kept per chunk: the first and last valid frames (t
 LAST_FRAMES = 8
 ENC_EDGE = 48  # chunks of the long clip: the encoder rows kept at each end
 MAX_NEW_TOKENS = 256  # the model card's
+SP: spm.SentencePieceProcessor  # the trained tokenizer.model, set in main()
 
 
 def run_case(model, processor, clip: dict, language: str, punctuation: bool, arrays: dict, key: str) -> dict:
@@ -433,7 +434,11 @@ def run_case(model, processor, clip: dict, language: str, punctuation: bool, arr
         assert top2.indices[:, 0].tolist() == generated
         arrays[f"{key}/chunk{i}/margins"] = (top2.values[:, 0] - top2.values[:, 1]).numpy().astype(np.float32)
         text = processor.tokenizer.decode(seqs[i], skip_special_tokens=True)
-        out_chunks.append({"samples": [int(start), int(end)], "feature_frames": n,
+        # SentencePiece's own decode of "▁" + the ordinary pieces: equal to the official text except where a run of
+        # byte pieces is not valid UTF-8 (tokenizers' ByteFallback then gives U+FFFD for EVERY byte of the run;
+        # SentencePiece keeps the valid bytes).
+        sp_text = SP.decode([prompt[0]] + [t for t in generated if t >= 255])
+        out_chunks.append({"sentencepiece_text_equal": sp_text == text,"samples": [int(start), int(end)], "feature_frames": n,
                            "stft_frames": int(feats.shape[1]), "encoder_frames": m, "ids": generated,
                            "stopped_on_eos": stopped, "min_margin": float(arrays[f"{key}/chunk{i}/margins"].min()),
                            "text": text})
@@ -481,7 +486,9 @@ def main() -> None:
         processor_from = f"CohereAsrProcessor(CohereAsrFeatureExtractor(), AutoTokenizer) ({type(exc).__name__})"
     processor.feature_extractor.dither = 0.0  # the official default is 1e-5 from torch's RNG; omnid applies none
     clips = {row["id"]: row for row in manifest()}
-    arrays: dict[str, np.ndarray] = {}
+    global SP
+    SP = spm.SentencePieceProcessor(model_file=str(OUT / "tokenizer.model"))
+    arrays: dict[str, np.ndarray] = {"mel_filters": processor.feature_extractor.mel_filters.numpy()}
     cases = {}
     for key, clip_id, language, punctuation in CASES:
         cases[key] = run_case(model, processor, clips[clip_id], language, punctuation, arrays, key)
@@ -497,6 +504,15 @@ def main() -> None:
         except ValueError as exc:
             refused[bad] = str(exc)
     import importlib.metadata as md
+
+    byte = {f"<0x{b:02X}>": tokenizer.convert_tokens_to_ids(f"<0x{b:02X}>") for b in (0x41, 0xE4, 0xBD, 0xA0)}
+    examples = [[byte["<0xE4>"], byte["<0xBD>"], byte["<0xA0>"]], [byte["<0xE4>"], byte["<0xBD>"]],
+                [byte["<0x41>"], byte["<0xE4>"]], [byte["<0xE4>"], byte["<0xBD>"], byte["<0xA0>"], byte["<0xE4>"]],
+                [byte["<0xE4>"], ids["<|endoftext|>"], byte["<0xBD>"], byte["<0xA0>"]],
+                [byte["<0xE4>"], tokenizer.convert_tokens_to_ids("<|en|>"), byte["<0xBD>"], byte["<0xA0>"]]]
+    byte_fallback = [{"ids": ex, "decode_skip_special": tokenizer.decode(ex, skip_special_tokens=True),
+                      "decode_keep_special": tokenizer.decode(ex, skip_special_tokens=False),
+                      "sentencepiece": SP.decode(ex)} for ex in examples]
 
     meta = {
         "what": "tiny random Cohere Transcribe (cohere_asr) checkpoint; goldens by transformers' own "
@@ -514,6 +530,7 @@ def main() -> None:
         "unexpected_keys_on_load": sorted(info["unexpected_keys"]),
         "prompt_ids": prompts,
         "prompt_refusals": refused,
+        "byte_fallback_examples": byte_fallback,
         "cases": cases,
     }
     np.savez_compressed(OUT / "goldens.npz", **arrays)
