@@ -39,6 +39,14 @@ class Capabilities:
     # A language it does not know is refused (Nemotron: the language picks a prompt it must have), where the
     # others decode in a language they detect instead, as the reference servers do.
     refuses_unknown_language: bool = False
+    # It detects no language: a request must name one (or the model's configured default_language applies); one
+    # that names none is refused naming the field, before any model work (Cohere Transcribe).
+    requires_language: bool = False
+    # The language a request that names none decodes in (the model's configuration may set one); None: detect, or
+    # for a model that requires a language, refused.
+    default_language: str | None = None
+    # Takes a per-request punctuation switch (a request's `punctuation`; None there is the model's default).
+    punctuation: bool = False
     # Names it takes for a language beside ISO codes, kept as they are (Nemotron's prompt keys: "en-US").
     language_keys: tuple[str, ...] = ()
     # A cache-aware engine's chunk lengths in ms, the shortest first (a session's chunk_ms snaps to one).

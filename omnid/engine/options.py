@@ -29,3 +29,6 @@ class TranscribeOptions:
     # preview or a final under load may take the cheaper one): "full" padded to the whole window as it was trained
     # (parity with the reference systems); "content" at about its own length, much cheaper on a CPU.
     window: str = "full"
+    # A model with a punctuation switch (Capabilities.punctuation): True or False as the request asks; None: the
+    # model's configured default. Other models never see anything but None (the request rules refuse it).
+    punctuation: bool | None = None

@@ -108,6 +108,7 @@ def transcribe_options(
     window: str | None = None,
     word_timestamps: bool = False,
     timed: bool = False,
+    punctuation: bool | None = None,
 ) -> TranscribeOptions:
     """A request's options; ``window`` unset is the configuration's (how a model decodes whatever the request
     is its own options, set when its engine is built)."""
@@ -121,4 +122,5 @@ def transcribe_options(
         word_timestamps=word_timestamps,
         timed=timed,
         window=window or t.window,
+        punctuation=punctuation,
     )

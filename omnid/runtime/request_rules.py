@@ -12,7 +12,9 @@ Languages: an ISO-639-1 code or an English name, any case, with or without a reg
 model's own language keys (Nemotron's prompt keys, ``en-US``) as it is. A language the model does not know, or a
 value that is no language at all, means "detect", on every route and on the command line, as the reference
 servers Voxt was written against do; only a model that must have one (``refuses_unknown_language``: the language
-picks Nemotron's prompt) refuses it, everywhere alike."""
+picks Nemotron's prompt) refuses it, everywhere alike. No language at all means the model's configured default
+(``default_language``), else "detect"; a model that detects none (``requires_language``) refuses the request,
+naming the field (``missing_required_parameter``), before any model work."""
 
 from __future__ import annotations
 
@@ -146,6 +148,28 @@ def prompt(value: str | None, can: Capabilities | None, model: str, max_chars: i
     return value
 
 
+TRUE = frozenset({"1", "true", "yes", "on"})
+FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def flag(param: str, raw: str | None) -> bool | None:
+    """A switch written as text (a form field): ``1/true/yes/on`` or ``0/false/no/off``, any case; blank: None (the
+    default)."""
+    if raw is None or not raw.strip():
+        return None
+    value = raw.strip().lower()
+    if value in TRUE or value in FALSE:
+        return value in TRUE
+    raise RuleError(param, f"{param} must be true or false (1/true/yes/on or 0/false/no/off), got {shown(raw)}")
+
+
+def punctuation(value: bool | None, can: Capabilities, model: str, param: str = "punctuation") -> bool | None:
+    """A punctuation switch, for a model that has one (None: the model's default, asked of any model)."""
+    if value is not None and not can.punctuation:
+        raise RuleError(param, f"model {model} has no punctuation switch", "unsupported_value")
+    return value
+
+
 def word_timestamps(can: Capabilities, model: str, param: str) -> None:
     if not can.word_timestamps:
         raise RuleError(param, f"model {model} gives no word timestamps", "unsupported_value")
@@ -178,6 +202,11 @@ def language(raw: str | None, can: Capabilities, model: str, param: str = "langu
     language_length(raw, param)
     value = (raw or "").strip()
     if not value:
+        if can.default_language is not None:
+            return Language(can.default_language)
+        if can.requires_language:
+            raise RuleError(param, f"model {model} needs a language (it detects none): {param} must be one of "
+                                   f"{', '.join(can.language_keys or can.languages)}", "missing_required_parameter")
         return Language(None)
     if value in can.language_keys:
         return Language(value)

@@ -77,7 +77,8 @@ class CohereAsrEngine:
                                                                          else self.languages[0]))
         return Capabilities(languages=self.languages, prompt=False, word_timestamps=False, timestamps=False,
                             max_new_tokens=positions, streaming="redecode", temperature=False,
-                            refuses_unknown_language=True)
+                            refuses_unknown_language=True, requires_language=True, punctuation=True,
+                            default_language=self.options.default_language)
 
     def prompt_tokens(self, prompt: str | None) -> tuple[int, ...]:
         return ()

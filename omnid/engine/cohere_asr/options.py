@@ -4,16 +4,29 @@ is."""
 from __future__ import annotations
 
 from omnid.engine.kind import KindSettings
+from omnid.engine.languages import language_code
+
+# The languages the official processor takes, and only those (it refuses the others, even those with a token).
+LANGUAGES = ("ar", "de", "el", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "vi", "zh")
 
 
 class CohereOptions(KindSettings):
+    # The language a request that names none decodes in (a code or an English name); empty: it must name one.
+    language: str = ""
     punctuation: bool = True  # the prompt's <|pnc|> (else <|nopnc|>), where a request does not say
     max_new_tokens: int = 256  # each chunk's budget where a request names none (the model card's)
     preview_max_new_tokens: int = 64  # a live preview's budget
     stream_unfixed_decodes: int = 2  # live previews: the first decodes of a segment have no forced prefix,
     stream_rollback_tokens: int = 5  # then the previous decode minus its last tokens is forced
 
+    @property
+    def default_language(self) -> str | None:
+        return language_code(self.language) if self.language.strip() else None
+
     def check(self) -> None:
+        if self.language.strip() and self.default_language not in LANGUAGES:
+            raise ValueError(f"cohere_asr.language must be empty or one of {', '.join(LANGUAGES)}, got "
+                             f"{self.language[:64]!r}")
         if not 1 <= self.max_new_tokens <= 1014 or not 1 <= self.preview_max_new_tokens <= 1014:
             raise ValueError("cohere_asr.max_new_tokens and preview_max_new_tokens must be in [1, 1014]")
         if self.stream_unfixed_decodes < 0 or self.stream_rollback_tokens < 0:

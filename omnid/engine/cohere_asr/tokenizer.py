@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from omnid.engine.cohere_asr.options import LANGUAGES
 from omnid.engine.errors import CheckpointError
 from omnid.engine.nemo.tokenizer import BYTE, NORMAL, SPACE, Vocabulary
 
-# The 14 languages of the official processor (processing_cohere_asr.py): anything else is refused, even a language
+# LANGUAGES: the 14 of the official processor (processing_cohere_asr.py): anything else is refused, even a language
 # whose token the vocabulary has (``<|sv|>``); a language is always given, never detected.
-LANGUAGES = ("ar", "de", "el", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "vi", "zh")
 # Languages whose long-audio chunk texts join without a space (the official processor's rule, by the language asked).
 UNSPACED = ("ja", "zh")
 EOS_PIECE = "<|endoftext|>"
