@@ -44,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("transcribe", help="transcribe audio files")
     t.add_argument("files", nargs="+", type=Path, metavar="FILE")
     _add_common(t)
-    t.add_argument("--language", help="ISO-639-1 code or English name; default: detect (English-only models: en)")
+    t.add_argument("--language", help="ISO-639-1 code or English name; default: detect (English-only models: en; a "
+                                      "model that detects none, Cohere Transcribe: its configured language, else "
+                                      "required)")
     t.add_argument("--prompt", help="context text to condition the decoder")
     # Values are checked by the request rules, as the HTTP route checks them (omnid/runtime/request_rules.py).
     t.add_argument("--temperature", help="sampling temperature, 0..1 (fallback rises from it)")
@@ -52,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "the model can produce is held to what it can)")
     t.add_argument("--format", "-f", default="text", choices=["text", "json", "verbose_json", "srt", "vtt"])
     t.add_argument("--word-timestamps", action="store_true", help="words with start/end times (verbose_json)")
+    t.add_argument("--punctuation", action=argparse.BooleanOptionalAction, default=None,
+                   help="with a model that has the switch (Cohere Transcribe): punctuated and cased text, or not "
+                        "(default: the model's configured default)")
     t.add_argument("--aligner", help="a Qwen3-ForcedAligner (configured id or checkpoint folder) to time a Qwen3-ASR "
                                      "model's transcript (srt, vtt, verbose_json, --word-timestamps)")
     t.add_argument("--output-dir", "-o", type=Path, help="write FILE.<ext> there instead of printing")

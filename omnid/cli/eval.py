@@ -36,6 +36,18 @@ async def eval_command(args: argparse.Namespace, config: Config) -> int:
     references = {p.stem: evaluate.read_reference(p) for p in (args.reference or _default_references(corpus, config))}
     runtime = await start_model(config, args.model, revision=args.revision)
     engine = runtime.engine
+    can = engine.capabilities
+    if can.requires_language and can.default_language is None:
+        # A model that detects no language transcribes only the clips in one of its languages.
+        kept = [c for c in clips if clip_language(engine, c.language) is not None]
+        if len(kept) < len(clips):
+            print(f"omnid eval: {len(clips) - len(kept)} clips skipped: model {engine.model_id} detects no language "
+                  f"and has none of theirs", file=sys.stderr)
+        if not kept:
+            runtime.close()
+            print("omnid eval: no clips selected", file=sys.stderr)
+            return 2
+        clips = kept
     # The reference systems decoded greedily at temperature 0, without fallback.
     opts = transcribe_options(config.transcription, window=args.window, fallback=args.fallback)
     loop = asyncio.get_running_loop()
@@ -79,8 +91,10 @@ async def eval_command(args: argparse.Namespace, config: Config) -> int:
 
 
 def clip_language(engine: TranscriptionEngine, language: str) -> str | None:
+    """The clip's language where the model has it; else the model's configured default (None: detect)."""
     code = language_code(language)
-    return code if code in engine.capabilities.languages else None
+    can = engine.capabilities
+    return code if code in can.languages else can.default_language
 
 
 def _default_references(corpus: Path, config: Config) -> list[Path]:

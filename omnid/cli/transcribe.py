@@ -158,6 +158,7 @@ def model_options(runtime: EngineRuntime[TranscriptionEngine], args: argparse.Na
             rules.word_timestamps(can, model, "word_timestamps")
         rules.response_format(args.format, can, model, "format")
         language = rules.language(args.language, can, model)
+        punctuation = rules.punctuation(args.punctuation, can, model)
     if language.instead:
         print(f"omnid: --language: {language.instead}", file=sys.stderr)
     return transcribe_options(
@@ -169,6 +170,7 @@ def model_options(runtime: EngineRuntime[TranscriptionEngine], args: argparse.Na
         window=args.window,
         word_timestamps=args.word_timestamps,
         timed=runtime.aligner is not None and (args.format in (*rules.TIMED_FORMATS, "verbose_json") or args.word_timestamps),
+        punctuation=punctuation,
     )
 
 
