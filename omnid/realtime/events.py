@@ -64,6 +64,7 @@ class Failed:
 class Refused:
     code: str
     message: str
+    param: str | None = None  # the setting it is about, where there is one
 
 
 DomainEvent = Union[SpeechStarted, SpeechStopped, Committed, Cleared, Preview, Final, Failed, Refused]

@@ -33,6 +33,7 @@ from omnid.realtime.settings import Settings
 from omnid.realtime.strategy import Decoded, FinalJob, Host, Segment, SessionError, Strategy
 from omnid.realtime.stream import CacheAwareStream
 from omnid.realtime.text import join_segments
+from omnid.runtime import request_rules
 from omnid.runtime.errors import JobCancelledError, QueueFullError
 from omnid.runtime.scheduler import EngineRuntime
 from omnid.vad.batcher import VadBatcher
@@ -98,6 +99,8 @@ class Session:
         self.prompt_tokens: tuple[int, ...] = ()  # of settings.prompt, for the settings' model
         self.strategy: Strategy = self._strategy_for(settings)(self)
         self._next_strategy: Strategy | None = None  # the model's, once the open segment has closed
+        self._no_language = self._language_missing(settings)  # why audio cannot be decoded yet (None: it can)
+        self._told_no_language = False
 
     # --- settings ---------------------------------------------------------------------------------------
 
@@ -117,7 +120,18 @@ class Session:
             if self.turns is not None:
                 self.turns.window = self.vad_stream.windows
         self.settings = settings
+        self._no_language, self._told_no_language = self._language_missing(settings), False
         self._follow_model()
+
+    def _language_missing(self, s: Settings) -> str | None:
+        """Why the settings' model cannot decode: it detects no language and the session has named none (possible
+        only in a session that never said which, on a default model without a configured language; an update that
+        leaves it so is refused). None: it can."""
+        try:
+            request_rules.language(s.language, self.engines[s.model].engine.capabilities, s.model, "session.language")
+        except request_rules.RuleError as exc:
+            return exc.message
+        return None
 
     def _strategy_for(self, s: Settings) -> Callable[[Host], Strategy]:
         """Asked once per settings, not on every append (an engine builds its capabilities anew each time)."""
@@ -173,6 +187,12 @@ class Session:
     # --- audio ------------------------------------------------------------------------------------------
 
     async def append(self, samples: np.ndarray) -> None:
+        if self._no_language is not None:
+            # Nothing can be decoded until the session names a language: said once, the audio dropped until then.
+            if not self._told_no_language:
+                self._told_no_language = True
+                self.emit(de.Refused("unsupported_session", self._no_language, "session.language"))
+            return
         if not self.strategy.admits(len(samples)):
             return
         self.input_samples += len(samples)

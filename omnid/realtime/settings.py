@@ -43,6 +43,7 @@ class Settings:
     turns: ServerVad | None = None  # None: manual commits
     chunk_ms: int | None = None  # a cache-aware model's chunk, snapped to one it has (None: its native chunk)
     chunk_asked: float | None = None  # chunk_ms as the client asked for it (snapped again if the model changes)
+    punctuation: bool | None = None  # a model with the switch: as asked (None: the model's default)
 
     @property
     def manual(self) -> bool:
@@ -60,9 +61,12 @@ class Capabilities:
     max_prompt_chars: int = 4096
 
     def initial(self, dialect: Literal["voxt", "openai"]) -> Settings:
+        """The default model's session, in its configured language where it has one (a model that detects none)."""
+        engine = self.engines.get(self.catalog.default)
+        language = engine.default_language if engine is not None else None
         if dialect == "voxt":
-            return Settings(self.catalog.default, SAMPLE_RATE)  # Voxt: 16 kHz, manual turns unless asked
-        return Settings(self.catalog.default, OPENAI_RATE, turns=ServerVad())
+            return Settings(self.catalog.default, SAMPLE_RATE, language)  # Voxt: 16 kHz, manual turns unless asked
+        return Settings(self.catalog.default, OPENAI_RATE, language, turns=ServerVad())
 
 
 def _obj(value: Any, param: str) -> dict[str, Any]:
@@ -153,14 +157,16 @@ def _language(value: Any, param: str) -> str | None:
 def _check_language(settings: Settings, caps: Capabilities) -> Settings:
     """The settings held to the session's model, whichever came first in the update: the language it decodes in,
     by the request rules (a language the model does not know is detected, as on HTTP; a model that must have it,
-    Nemotron, refuses it; a name the model has for one, a prompt key, is kept as it is), a prompt only for a model
-    that takes one, and a cache-aware model's chunk snapped to its own sizes."""
+    Nemotron, refuses it; a name the model has for one, a prompt key, is kept as it is; none, for a model that
+    detects none and has no configured language, is refused), a prompt only for a model that takes one, punctuation
+    only for a model with the switch, and a cache-aware model's chunk snapped to its own sizes."""
     engine = caps.engines.get(settings.model)
     if engine is None:
         return replace(settings, language=None)
     with _unsupported():
         language = request_rules.language(settings.language, engine, settings.model, "session.language")
         request_rules.prompt(settings.prompt, engine, settings.model, caps.max_prompt_chars, "session.prompt")
+        request_rules.punctuation(settings.punctuation, engine, settings.model, "session.punctuation")
     return replace(settings, language=language.code, chunk_ms=snap_chunk(settings.chunk_asked, engine.chunk_ms))
 
 
@@ -181,6 +187,13 @@ def snap_chunk(asked: float | None, sizes: tuple[int, ...]) -> int | None:
     return min(sizes, key=lambda ms: (abs(ms - asked), ms))
 
 
+def punctuation(value: Any) -> bool | None:
+    """punctuation as asked (an omnid extension in both dialects): true, false, or null for the model's default."""
+    if value is not None and not isinstance(value, bool):
+        raise SettingsError("invalid_event", "session.punctuation", "session.punctuation must be true, false or null")
+    return value
+
+
 def _pcm16(value: Any, param: str) -> None:
     if value is not None and value != "pcm16":
         raise SettingsError("unsupported_session", param, f"audio format {shown(value)} is not supported; use pcm16")
@@ -199,6 +212,8 @@ def voxt_update(settings: Settings, session: Any, caps: Capabilities) -> Setting
         out = replace(out, prompt=_prompt(s["prompt"], "session.prompt", caps, out.model))
     if "chunk_ms" in s:
         out = replace(out, chunk_asked=chunk(s["chunk_ms"]))
+    if "punctuation" in s:
+        out = replace(out, punctuation=punctuation(s["punctuation"]))
     if "model" in s:
         out = _transcription(out, {"model": s["model"]}, caps, "session")
     return _check_language(out, caps)
@@ -211,6 +226,8 @@ def openai_update(settings: Settings, session: Any, caps: Capabilities, audio_st
     out = settings
     if "chunk_ms" in s:  # an omnid extension, as in the Voxt dialect: a cache-aware model's chunk
         out = replace(out, chunk_asked=chunk(s["chunk_ms"]))
+    if "punctuation" in s:  # an omnid extension too: a model's punctuation switch
+        out = replace(out, punctuation=punctuation(s["punctuation"]))
     if "type" in s and s["type"] != "transcription":
         raise SettingsError("unsupported_session", "session.type", f"session type {shown(s['type'])} is not supported; use transcription")
     if "audio" in s:
@@ -233,7 +250,8 @@ def openai_update(settings: Settings, session: Any, caps: Capabilities, audio_st
     if audio_started and out.rate != settings.rate:
         raise SettingsError("unsupported_session", "session.audio.input.format.rate",
                             "the sample rate cannot change once audio has been sent")
-    return _check_language(out, caps) if out.chunk_asked != settings.chunk_asked else out
+    changed = (out.chunk_asked, out.punctuation) != (settings.chunk_asked, settings.punctuation)
+    return _check_language(out, caps) if changed else out
 
 
 def _format(value: Any, caps: Capabilities) -> int:
@@ -260,12 +278,14 @@ def voxt_view(s: Settings) -> dict[str, Any]:
             "turn_detection": _turns(s.turns)}
     if s.chunk_ms is not None:
         view["chunk_ms"] = s.chunk_ms
+    if s.punctuation is not None:
+        view["punctuation"] = s.punctuation
     return view
 
 
 def openai_view(s: Settings, session_id: str) -> dict[str, Any]:
-    """The GA shape (session.created, session.updated)."""
-    return {
+    """The GA shape (session.created, session.updated), with omnid's punctuation where the session asked for it."""
+    return _extensions(s, {
         "type": "transcription",
         "id": session_id,
         "object": "realtime.transcription_session",
@@ -276,14 +296,21 @@ def openai_view(s: Settings, session_id: str) -> dict[str, Any]:
             "noise_reduction": None,
         }},
         "include": [],
-    }
+    })
 
 
 def openai_beta_view(s: Settings, session_id: str) -> dict[str, Any]:
-    return {
+    return _extensions(s, {
         "id": session_id,
         "object": "realtime.transcription_session",
         "input_audio_format": "pcm16",
         "input_audio_transcription": {"model": s.model, "language": s.language, "prompt": s.prompt},
         "turn_detection": _turns(s.turns),
-    }
+    })
+
+
+def _extensions(s: Settings, view: dict[str, Any]) -> dict[str, Any]:
+    """omnid's own settings in an OpenAI view, only where the session set them (an OpenAI client never sees one)."""
+    if s.punctuation is not None:
+        view["punctuation"] = s.punctuation
+    return view

@@ -26,7 +26,7 @@ class OpenAIWire:
             return self._final(event)
         if isinstance(event, de.Failed):
             return [ev.TranscriptFailed(item_id=event.item_id, content_index=0, error=ev.transcription_failed(event.busy))]
-        return [ev.error(event.code, event.message)]
+        return [ev.error(event.code, event.message, param=event.param)]
 
     @staticmethod
     def _final(event: de.Final) -> list[ev.ServerEvent]:

@@ -29,7 +29,7 @@ class VoxtWire:
             self.shown.pop(event.segment_id, None)
             return [ev.Error(error=ev.transcription_failed(event.busy))]
         if isinstance(event, de.Refused):
-            return [ev.error(event.code, event.message)]
+            return [ev.error(event.code, event.message, param=event.param)]
         if isinstance(event, de.Cleared):
             return [ev.Cleared()]
         return []  # turns and items are not part of this dialect
