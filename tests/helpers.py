@@ -194,8 +194,10 @@ def nemo_with_value(source: Path, tmp_path: Path, *path: str, value: object) -> 
     return nemo_with(source, tmp_path, yaml_edit=edit)
 
 
-async def openai_manual_turn(ws_url: str, model: str, audio: np.ndarray) -> tuple[list[str], dict]:
-    """One manual turn in the OpenAI dialect at twice real time: its deltas, and its completed event."""
+async def openai_manual_turn(ws_url: str, model: str, audio: np.ndarray, language: str | None = None
+                             ) -> tuple[list[str], dict]:
+    """One manual turn in the OpenAI dialect at twice real time (in ``language`` where given): its deltas, and its
+    completed event."""
     import websockets
 
     async with websockets.connect(ws_url + "/v1/realtime?protocol=openai") as ws:
@@ -203,7 +205,8 @@ async def openai_manual_turn(ws_url: str, model: str, audio: np.ndarray) -> tupl
         await ws.send(json.dumps({"type": "session.update", "session": {
             "type": "transcription",
             "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000},
-                                "transcription": {"model": model}, "turn_detection": None}}}}))
+                                "transcription": {"model": model, **({"language": language} if language else {})},
+                                "turn_detection": None}}}}))
         assert json.loads(await ws.recv())["type"] == "session.updated"
         for i in range(0, len(audio), 1600):
             await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": b64(audio[i : i + 1600])}))
