@@ -160,7 +160,7 @@ def write_tokenizer_files(out: pathlib.Path, vocab_size: int = 0, pad_to: int = 
              "pad_token": "<pad>"}
     additional = [t for t in SPECIALS if t not in named.values()]
     (out / "special_tokens_map.json").write_text(json.dumps({**named, "additional_special_tokens": additional},
-                                                            indent=4, ensure_ascii=False))
+                                                            indent=2, ensure_ascii=False) + "\n")
     entry = dict(lstrip=False, normalized=False, rstrip=False, single_word=False, special=True)
     decoder = {str(i): {"content": t, **entry} for i, t in enumerate(["<unk>"] + SPECIALS)}
     config = {"added_tokens_decoder": decoder, "additional_special_tokens": additional,
@@ -168,10 +168,10 @@ def write_tokenizer_files(out: pathlib.Path, vocab_size: int = 0, pad_to: int = 
               "extra_special_tokens": {}, "model_max_length": 1000000000000000019884624838656,
               "pad_token": named["pad_token"], "split_special_tokens": False,
               "tokenizer_class": "PreTrainedTokenizer", "unk_token": named["unk_token"]}
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False))
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
     remote = {"auto_map": {"AutoProcessor": "processing_cohere_asr.CohereAsrProcessor"},
               "processor_class": "CohereAsrProcessor"}
-    (out / "preprocessor_config.json").write_text(json.dumps(remote, indent=2))
+    (out / "preprocessor_config.json").write_text(json.dumps(remote, indent=2) + "\n")
     (out / "processor_config.json").write_text(json.dumps(remote, indent=2))
 
 
@@ -354,7 +354,7 @@ def write_model(out: pathlib.Path, ids: dict[str, int], vocab_size: int) -> None
               metadata={"format": "pt"})
 
 
-def load_checked(out: pathlib.Path) -> CohereAsrForConditionalGeneration:
+def load_checked(out: pathlib.Path) -> tuple[CohereAsrForConditionalGeneration, dict]:
     """Stock from_pretrained on the folder: no missing / unexpected key but the featurizer buffers the model ignores,
     every weight bit-equal to the file's (renamed by conversion_mapping)."""
     model, info = CohereAsrForConditionalGeneration.from_pretrained(out, dtype=torch.float32,
