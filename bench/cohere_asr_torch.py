@@ -59,7 +59,12 @@ def build(work: pathlib.Path) -> None:
     sys.path.insert(0, str(ROOT))
     import cohere_asr_goldens as golden
     from safetensors.torch import save_file
-    from transformers import AutoTokenizer, CohereAsrConfig, CohereAsrFeatureExtractor, CohereAsrForConditionalGeneration
+    from transformers import (
+        AutoTokenizer,
+        CohereAsrConfig,
+        CohereAsrFeatureExtractor,
+        CohereAsrForConditionalGeneration,
+    )
 
     from omnid.audio import decode_audio
     from omnid.evaluation.corpus import corpus_folder

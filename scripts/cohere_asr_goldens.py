@@ -445,10 +445,10 @@ def run_case(model, processor, clip_ids: list[str], language: str, punctuation: 
         # byte pieces is not valid UTF-8 (tokenizers' ByteFallback then gives U+FFFD for EVERY byte of the run;
         # SentencePiece keeps the valid bytes).
         sp_text = SP.decode([prompt[0]] + [t for t in generated if t >= 255])
-        out_chunks.append({"sentencepiece_text_equal": sp_text == text,"samples": [int(start), int(end)], "feature_frames": n,
-                           "stft_frames": int(feats.shape[1]), "encoder_frames": m, "ids": generated,
-                           "stopped_on_eos": stopped, "min_margin": float(arrays[f"{key}/chunk{i}/margins"].min()),
-                           "text": text})
+        out_chunks.append({"sentencepiece_text_equal": sp_text == text, "samples": [int(start), int(end)],
+                           "feature_frames": n, "stft_frames": int(feats.shape[1]), "encoder_frames": m,
+                           "ids": generated, "stopped_on_eos": stopped,
+                           "min_margin": float(arrays[f"{key}/chunk{i}/margins"].min()), "text": text})
     if chunk_index[0][1] is None:
         full = processor.decode(seqs[0], skip_special_tokens=True)
     else:
