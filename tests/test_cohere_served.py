@@ -352,6 +352,21 @@ def test_transcribe_gives_the_official_text_and_refuses_a_missing_language():
         "omnid: --punctuation: model tiny.en has no punctuation switch"
 
 
+@pytest.mark.parametrize("protocol", ["voxt", "openai"])
+def test_listen_names_the_language_and_without_it_is_refused(daemon, protocol):
+    """`omnid listen --language` (a file at 4x real time, server VAD) on the Cohere model; without it the session
+    is refused before any audio, as the server says."""
+    def listen(*args: str) -> subprocess.CompletedProcess[str]:
+        return omnid("listen", "--url", daemon.url, "--file", str(clip("fr")), "--speed", "4", "--protocol", protocol,
+                     "--model", COHERE, *args)
+
+    said = listen("--language", "fr")
+    assert said.returncode == 0 and said.stdout.strip(), said.stderr  # the tiny model's text, whatever it is
+    refused = listen()
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "refused the session (unsupported_session)" in refused.stderr and "needs a language" in refused.stderr
+
+
 def test_eval_runs_and_prints_its_table():
     run = omnid("eval", "--model", str(TINY), "--manifest", str(CORPUS), "--language", "en,sv", "--ids",
                 "ljspeech_LJ001-0002", "mfa_se10x016-08071999-1334_u0016002")

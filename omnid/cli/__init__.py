@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument("--file", type=Path, help="stream this audio file at real-time speed instead of the microphone")
     li.add_argument("--speed", type=_positive, default=1.0, help="with --file: times real-time speed (default 1)")
     li.add_argument("--api-key", help="the daemon's API key (default: security.api_key from the config)")
+    li.add_argument("--language", help="the session's language: ISO-639-1 code or English name (default: the "
+                                       "model's configured one, else detect; a model that detects none, Cohere "
+                                       "Transcribe, needs one)")
     li.add_argument("--model", help="the session's model: a model id the daemon serves, or one of its aliases "
                                     "(default: the daemon's default model)")
 
@@ -160,7 +163,7 @@ def _run(args: argparse.Namespace) -> int:
 
         url = args.url or f"http://{config.server.host}:{config.server.port}"
         return listen(url, args.protocol, args.file, args.speed, args.api_key or config.security.api_key or None,
-                      model=args.model)
+                      model=args.model, language=args.language)
     if args.command == "diarize":
         from omnid.cli.diarize import diarize_command
 

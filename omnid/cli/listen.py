@@ -115,8 +115,9 @@ SESSION_WAIT_S = 60.0
 
 class Listener:
     def __init__(self, ws: aiohttp.ClientWebSocketResponse, protocol: str, display: Display,
-                 model: str | None = None):
+                 model: str | None = None, language: str | None = None):
         self.ws, self.protocol, self.display, self.model = ws, protocol, display, model
+        self.language = language
         self.committed: set[str] = set()
         self.completed: set[str] = set()
         self.items: dict[str, str] = {}
@@ -143,13 +144,14 @@ class Listener:
         raise ListenError(f"the server did not answer the session update in {SESSION_WAIT_S:g} s")
 
     def session(self) -> dict[str, object]:
-        """The session update: server VAD turns, and the model when one is named."""
+        """The session update: server VAD turns, and the model and the language when they are named."""
         turns = {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300, "silence_duration_ms": 500}
+        named = {key: value for key, value in (("model", self.model), ("language", self.language)) if value}
         if self.protocol == "voxt":
-            return {"turn_detection": turns, **({"model": self.model} if self.model else {})}
+            return {"turn_detection": turns, **named}
         audio_in: dict[str, object] = {"format": {"type": "audio/pcm", "rate": SAMPLE_RATE}, "turn_detection": turns}
-        if self.model:
-            audio_in["transcription"] = {"model": self.model}
+        if named:
+            audio_in["transcription"] = named
         return {"type": "transcription", "audio": {"input": audio_in}}
 
     async def read(self) -> None:
@@ -196,7 +198,7 @@ class Listener:
 
 
 async def listen(url: str, protocol: str, source: AsyncIterator[np.ndarray], api_key: str | None,
-                 out: TextIO = sys.stdout, model: str | None = None) -> int:
+                 out: TextIO = sys.stdout, model: str | None = None, language: str | None = None) -> int:
     ws_url = url.rstrip("/").replace("http://", "ws://").replace("https://", "wss://")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     display = Display(out, live=out.isatty())
@@ -207,7 +209,7 @@ async def listen(url: str, protocol: str, source: AsyncIterator[np.ndarray], api
         async with aiohttp.ClientSession() as http, http.ws_connect(
             f"{ws_url}/v1/realtime?protocol={protocol}", headers=headers, max_msg_size=0
         ) as ws:
-            listener = Listener(ws, protocol, display, model)
+            listener = Listener(ws, protocol, display, model, language)
             await listener.start()
             reader = asyncio.ensure_future(listener.read())
             feeding = asyncio.ensure_future(_feed(ws, source))
@@ -235,7 +237,7 @@ async def _feed(ws: aiohttp.ClientWebSocketResponse, source: AsyncIterator[np.nd
 
 
 def run(url: str, protocol: str, file: Path | None, speed: float, api_key: str | None,
-        model: str | None = None) -> int:
+        model: str | None = None, language: str | None = None) -> int:
     if file is None and (problem := portaudio_status()) is not None:
         print(f"omnid listen: the microphone needs PortAudio, which is not usable here ({problem}). Install it "
               "(macOS: brew install portaudio; Debian/Ubuntu: apt install libportaudio2) or stream a file with "
@@ -243,7 +245,7 @@ def run(url: str, protocol: str, file: Path | None, speed: float, api_key: str |
         return 1
     source = file_blocks(file, speed) if file is not None else mic_blocks()
     try:
-        return asyncio.run(listen(url, protocol, source, api_key, model=model))
+        return asyncio.run(listen(url, protocol, source, api_key, model=model, language=language))
     except ListenError as exc:
         print(f"omnid listen: {exc}", file=sys.stderr)
         return 1
