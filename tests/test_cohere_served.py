@@ -135,6 +135,10 @@ def test_punctuation_is_a_field_with_the_models_default(client):
         on = client.audio.transcriptions.create(model=COHERE, file=f, language="en",
                                                 extra_body={"vad_filter": "false", "punctuation": "on"})
     assert default.text == on.text != off.text
+    with clip("en_lj4_nopnc").open("rb") as f:  # the reference Cohere server's name for the field
+        reference = client.audio.transcriptions.create(model=COHERE, file=f, language="en",
+                                                       extra_body={"vad_filter": "false", "use_punctuation": "0"})
+    assert reference.text == off.text
 
 
 def test_sse_streams_the_official_text(client):
@@ -170,6 +174,7 @@ def not_audio() -> tuple[str, bytes]:
     ({"language": "Klingon", "stream": "true"}, "language", "unsupported_value"),
     ({"language": "en", "punctuation": "maybe"}, "punctuation", "invalid_value"),
     ({"language": "en", "punctuation": "2"}, "punctuation", "invalid_value"),
+    ({"language": "en", "use_punctuation": "yes please"}, "use_punctuation", "invalid_value"),
     ({"language": "en", "response_format": "srt"}, "response_format", "unsupported_value"),
     ({"language": "en", "response_format": "vtt"}, "response_format", "unsupported_value"),
     ({"language": "en", "response_format": "verbose_json", "timestamp_granularities[]": "word"},
@@ -188,11 +193,12 @@ async def test_bad_requests_are_a_400_naming_the_field_before_the_file_is_read(d
     assert audio_seconds(daemon.url, COHERE) == before
 
 
-@pytest.mark.parametrize("value", ["true", "false"])
-async def test_punctuation_on_a_model_without_the_switch_is_a_400(daemon, value):
-    status, _, body = await post(daemon.url, not_audio(), model="tiny.en", punctuation=value)
+@pytest.mark.parametrize(("field", "value"), [("punctuation", "true"), ("punctuation", "false"),
+                                              ("use_punctuation", "1")])
+async def test_punctuation_on_a_model_without_the_switch_is_a_400(daemon, field, value):
+    status, _, body = await post(daemon.url, not_audio(), model="tiny.en", **{field: value})
     error = json.loads(body)["error"]
-    assert (status, error["param"], error["code"]) == (400, "punctuation", "unsupported_value")
+    assert (status, error["param"], error["code"]) == (400, field, "unsupported_value")
     assert "has no punctuation switch" in error["message"]
 
 

@@ -38,7 +38,7 @@ VAD_FILTER_THRESHOLD = 0.5  # Silero's own default
 # The fields the route reads (docs/wire-protocol.md): OpenAI's it honours, then the reference servers' and omnid's.
 FIELDS = ("model", "language", "prompt", "response_format", "temperature", "timestamp_granularities[]", "stream",
           "timestamp_granularities", "max_new_tokens", "vad_filter", "diarize", "include_generation_metadata",
-          "stop_at_end_of_text", "stop_on_token_loop", "audio_layout", "punctuation")
+          "stop_at_end_of_text", "stop_on_token_loop", "audio_layout", "punctuation", "use_punctuation")
 # OpenAI's documented request fields that omnid cannot honour: taken and ignored, as docs/wire-protocol.md lists
 # them ("OpenAI fields omnid ignores"). Arrays as the SDKs send them (name[]) or bare; chunking_strategy as a
 # string, or as the SDKs flatten its object.
@@ -113,7 +113,10 @@ def parse(form: Form, services) -> Request:
     temperature = rules.temperature(number(form, "temperature", rules.TEMPERATURE), can, runtime.name)
     max_new_tokens = rules.token_budget(integer(form, "max_new_tokens", rules.MAX_NEW_TOKENS), can)
     prompt = rules.prompt(form.get("prompt"), can, runtime.name, limits.max_prompt_chars)
-    punctuation = rules.punctuation(rules.flag("punctuation", form.get("punctuation")), can, runtime.name)
+    # use_punctuation: the reference Cohere server's name for the same switch (punctuation wins where both come).
+    switch = "punctuation" if form.get("punctuation") is not None or form.get("use_punctuation") is None \
+        else "use_punctuation"
+    punctuation = rules.punctuation(rules.flag(switch, form.get(switch)), can, runtime.name, switch)
     vad_filter = flag(form, "vad_filter") if form.get("vad_filter") is not None else limits.vad_filter
     stream = flag(form, "stream")
     metadata = flag(form, "include_generation_metadata")
