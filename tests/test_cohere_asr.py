@@ -11,7 +11,6 @@ import contextlib
 import io
 import json
 import shutil
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -38,19 +37,14 @@ CORPUS = Path(__file__).parent / "corpus"
 EOS = 3
 
 
-@dataclass(frozen=True)
-class Request(TranscribeOptions):
-    """A request's options with the prompt's punctuation switch, as a serving layer may carry it."""
-
-    punctuation: bool | None = None
-
-
 meta, arrays, _ = nemo_goldens(GOLDENS)
 
 
 @cache
 def audio(case: str) -> np.ndarray:
-    return decode_audio(CORPUS / meta()["cases"][case]["path"])
+    """The case's clip, or its clips decoded one by one and joined (a case between 30 and 35 s), as the script fed
+    transformers."""
+    return np.concatenate([decode_audio(CORPUS / path) for path in meta()["cases"][case]["paths"]])
 
 
 @cache
@@ -61,9 +55,9 @@ def engine(folder: Path = GOLDENS) -> CohereAsrEngine:
 CASES = tuple(meta()["cases"])
 
 
-def opts(case: str, **more: object) -> Request:
+def opts(case: str, **more: object) -> TranscribeOptions:
     c = meta()["cases"][case]
-    return Request(language=c["language"], punctuation=c["punctuation"], **more)  # type: ignore[arg-type]
+    return TranscribeOptions(language=c["language"], punctuation=c["punctuation"], **more)  # type: ignore[arg-type]
 
 
 def golden_ids(chunk: dict) -> list[int]:
@@ -167,7 +161,7 @@ def test_tokenizer_model_alone_gives_the_official_text(tmp_path: Path) -> None:
 def test_languages_the_model_cannot_take_are_refused() -> None:
     """No language (the model detects none) or one outside the 14 (even one with a token, 'sv'; a name; upper case)
     raises the engine's LanguageError before any model work; the request rules refuse an unknown language with a
-    400 naming the field (refuses_unknown_language), and a missing one is the engine's error to map."""
+    400 naming the field (refuses_unknown_language), and a missing one too (requires_language), before the engine."""
     e = engine()
     a = audio(CASES[0])
     for bad in meta()["prompt_refusals"]:
@@ -186,6 +180,9 @@ def test_languages_the_model_cannot_take_are_refused() -> None:
         language("sv", can, "cohere")
     assert rule.value.param == "language" and rule.value.code == "unsupported_value"
     assert language("French", can, "cohere").code == "fr"
+    with pytest.raises(RuleError) as rule:
+        language(None, can, "cohere")
+    assert rule.value.param == "language" and rule.value.code == "missing_required_parameter"
     assert language("de-DE", can, "cohere").code == "de"
 
 
