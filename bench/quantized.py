@@ -14,10 +14,11 @@ The checkpoints (built once under --work, default /tmp/omnid-bench-quantized, an
   0.6.2's own ``mlx_audio.convert.convert`` (``--dtype float32`` / ``float16``, ``-q --q-bits 8`` / ``4``).
 * parakeet: random, parakeet-tdt-0.6b-v3's shapes (24 FastConformer layers of 1024, 8192 pieces, TDT durations
   0-4), float32, the tensors named and shaped as mlx-audio's own Parakeet model has them (the mlx-community
-  layout; tests/goldens/parakeet_tiny's config scaled up), the joint's blank bias set so that greedy decoding of
-  speech emits about 4 tokens a second; then ``mlx_audio.convert.convert`` (float16, -q 8/4). mlx-audio's detection
-  takes a NeMo config without ``model_type`` for Phonon-2 (which refuses conversion), so the type is named:
-  ``parakeet``, the type it writes into the folder.
+  layout; tests/goldens/parakeet_tiny's config scaled up), the joint's blank bias bisected toward 4 tokens a
+  second of speech (the random joint jumps from about 1 to a token on most frames; the nearest is kept); then
+  ``mlx_audio.convert.convert`` (float16, -q 8/4). mlx-audio's detection takes a NeMo config without
+  ``model_type`` for Phonon-2 (which refuses conversion), so the type is named: ``parakeet``, the type it writes
+  into the folder.
 * nemotron: bench/nemotron_checkpoint.py's random Nemotron 0.6B streaming folder (float32); float16 by a cast (as
   mlx-audio's ``nemotron_asr.convert --dtype float16`` casts); quantized by that converter's own ``_quantize``
   on the weights in its default dtype (bfloat16), as ``convert(..., quantize=True, q_bits=8|4)`` does after its
@@ -49,7 +50,7 @@ slows OpenBLAS's two threads several times over, and that column says which timi
 
 Time on the project's 2-core VM: building every checkpoint about 5 minutes the first time (--work keeps them);
 --quick about 40 minutes, most of it in the cells that run MLX's quantized kernels on the CPU (real-time factors of
-4 to 20); the full sweep (3 runs of 25.8 s) about 3 to 4 hours, so run it with --kinds on one kind at a time.
+4 to 30); the full sweep (3 runs of 25.8 s) about 4 to 5 hours, so run it a kind at a time (--kinds).
 
     .venv/bin/python bench/quantized.py                        # every kind, 3 runs per cell
     .venv/bin/python bench/quantized.py --quick                # every kind, 1 run, 9.7 s of audio
