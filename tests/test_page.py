@@ -315,3 +315,45 @@ async def test_a_page_from_another_origin_cannot_open_the_socket(server):
             return driver.execute_script("return window.result")
 
     assert await asyncio.to_thread(run) == "refused"
+
+
+async def test_the_pages_language_reaches_a_model_that_needs_one():
+    """A model that detects no language (Cohere Transcribe's tiny checkpoint): the page's language field goes with
+    the upload, and its transcript is the daemon's for that language; left empty, the daemon's 400 naming the field
+    is shown on the page."""
+    from selenium.webdriver.common.by import By
+
+    tiny = Path(__file__).parent / "goldens" / "cohere_asr_tiny"
+    models = [{"id": "cohere-tiny", "kind": "cohere_asr", "path": str(tiny)}]
+    with ServerThread(overrides={"models": models, "transcription": {"default_model": "cohere-tiny"}}) as srv:
+        form = aiohttp.FormData()
+        form.add_field("file", CLIP.read_bytes(), filename=CLIP.name)
+        form.add_field("language", "en")
+        async with aiohttp.ClientSession() as http, http.post(srv.url + "/v1/audio/transcriptions", data=form) as r:
+            assert r.status == 200
+            offline = (await r.json())["text"]
+
+        def upload(driver, language: str) -> tuple[str, str]:
+            field = driver.find_element(By.ID, "language")
+            field.clear()
+            field.send_keys(language)
+            driver.find_element(By.ID, "file-input").send_keys(str(CLIP))
+            wait_for(driver, lambda d: not d.find_element(By.ID, "download-txt").get_attribute("disabled")
+                     or d.find_element(By.ID, "file-error").text, 60, "the file's transcript or its error")
+            finals = driver.find_elements(By.CSS_SELECTOR, "#file-transcript p.final")
+            return (finals[0].text if finals else ""), driver.find_element(By.ID, "file-error").text
+
+        def run() -> tuple[tuple[str, str], tuple[str, str]]:
+            with chromium() as driver, screenshot_on_failure(driver, "language"):
+                driver.get(srv.url + "/")
+                wait_for(driver, lambda d: "cohere-tiny" in [o.get_attribute("value") for o in
+                                                             d.find_elements(By.CSS_SELECTOR, "#model option")],
+                         30, "the model list")
+                without = upload(driver, "")
+                driver.get(srv.url + "/")  # a fresh page: the file input takes the same file again
+                wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#model option"), 30, "the model list")
+                return without, upload(driver, "en")
+
+        (_, refused), (text, error) = await asyncio.to_thread(run)
+    assert "language" in refused, refused
+    assert error == "" and text == offline.strip(), (text, offline)

@@ -20,6 +20,11 @@ async function refreshHealth() {
   }
 }
 
+// The model and language the settings name, for a file request or a microphone session.
+function choice() {
+  return { model: $("model").value, language: $("language").value.trim() };
+}
+
 async function loadModels() {
   const select = $("model");
   try {
@@ -65,7 +70,7 @@ async function toggleMic() {
   }
   $("mic-error").textContent = "";
   const session = new MicSession({
-    model: $("model").value,
+    ...choice(),
     threshold: Number($("vad-threshold").value),
     silenceMs: Number($("vad-silence").value),
   }, {
@@ -118,7 +123,7 @@ async function transcribeFile(file) {
   $("file-status").textContent = `Transcribing ${file.name}…`;
   const started = performance.now();
   try {
-    const done = await transcribeStreaming(file, $("model").value, (delta) => {
+    const done = await transcribeStreaming(file, choice(), (delta) => {
       partial.textContent += delta;
       scrollDown(out);
     });
@@ -140,7 +145,7 @@ async function downloadAs(format) {
   if (format === "txt") { download(lastText + "\n", `${base}.txt`, "text/plain"); return; }
   $("file-status").textContent = `Preparing ${format.toUpperCase()} timings for ${lastFile.name}…`;
   try {
-    const text = await transcribeAs(lastFile, $("model").value, format);
+    const text = await transcribeAs(lastFile, choice(), format);
     download(text, `${base}.${format}`, format === "vtt" ? "text/vtt" : "application/x-subrip");
     $("file-status").textContent = `${base}.${format} saved`;
   } catch (error) {

@@ -2,18 +2,20 @@
 // asked again as srt/vtt only when those downloads are wanted (the stream carries text, not timings).
 import { authHeaders, errorText } from "./api.js";
 
-function form(file, model, fields) {
+// choice: { model, language } as the settings give them; an empty one is left to the daemon.
+function form(file, choice, fields) {
   const body = new FormData();
   body.append("file", file, file.name);
-  if (model) body.append("model", model);
+  if (choice.model) body.append("model", choice.model);
+  if (choice.language) body.append("language", choice.language);
   for (const [name, value] of Object.entries(fields)) body.append(name, value);
   return body;
 }
 
 // Calls onDelta(text) per `transcript.text.delta`; resolves with the `transcript.text.done` event.
-export async function transcribeStreaming(file, model, onDelta, signal) {
+export async function transcribeStreaming(file, choice, onDelta, signal) {
   const response = await fetch("/v1/audio/transcriptions", {
-    method: "POST", headers: authHeaders(), body: form(file, model, { stream: "true" }), signal,
+    method: "POST", headers: authHeaders(), body: form(file, choice, { stream: "true" }), signal,
   });
   if (!response.ok) throw new Error(await errorText(response));
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -42,9 +44,9 @@ export async function transcribeStreaming(file, model, onDelta, signal) {
   return done;
 }
 
-export async function transcribeAs(file, model, format) {
+export async function transcribeAs(file, choice, format) {
   const response = await fetch("/v1/audio/transcriptions", {
-    method: "POST", headers: authHeaders(), body: form(file, model, { response_format: format }),
+    method: "POST", headers: authHeaders(), body: form(file, choice, { response_format: format }),
   });
   if (!response.ok) throw new Error(await errorText(response));
   return response.text();

@@ -4,8 +4,8 @@ import { socketUrl } from "./api.js";
 
 export class MicSession {
   // handlers: onDelta(itemId, text), onCompleted(itemId, transcript), onLevel(rms), onError(message), onClosed()
-  constructor({ model, threshold, silenceMs }, handlers) {
-    this.settings = { model, threshold, silenceMs };
+  constructor({ model, language, threshold, silenceMs }, handlers) {
+    this.settings = { model, language, threshold, silenceMs };
     this.handlers = handlers;
     this.stopping = false;
     this.inTurn = false;
@@ -51,7 +51,7 @@ export class MicSession {
   }
 
   sessionUpdate() {
-    const { model, threshold, silenceMs } = this.settings;
+    const { model, language, threshold, silenceMs } = this.settings;
     return {
       type: "session.update",
       session: {
@@ -59,7 +59,7 @@ export class MicSession {
         audio: {
           input: {
             format: { type: "audio/pcm", rate: this.context.sampleRate },
-            transcription: model ? { model } : {},
+            transcription: { ...(model ? { model } : {}), ...(language ? { language } : {}) },
             turn_detection: { type: "server_vad", threshold, prefix_padding_ms: 300, silence_duration_ms: silenceMs },
           },
         },
