@@ -37,11 +37,11 @@ tokens a second of audio (``max_new_tokens``, about a real transcript's length);
 blank calibration and ``max_symbols``.
 
 Choices: ``default`` is what the daemon runs on this CPU (quantized folders widened to float32 at load for the
-numpy paths; Qwen3's quantized decoder in MLX's packed layers). Where the engine offers the other choice for a
-quantized folder it is measured too: ``packed`` (Whisper's ``keep_quantized`` weights in MLX's quantized layers:
-the encoder's blocks and a plain greedy decode in MLX, since omnid's CPU paths read float weights; Parakeet's and
-Nemotron's ``keep_quantized`` where their engines take it) and ``numpy`` (Qwen3's numpy decoder over the widened
-weights). A cell that fails (a folder the loader refuses) prints its error in the table.
+numpy paths, Qwen3's numpy decoder included). Where the engine offers the other choice for a quantized folder it is
+measured too (unless ``--default-only``): ``packed`` (Whisper's ``keep_quantized`` weights in MLX's quantized
+layers: the encoder's blocks and a plain greedy decode in MLX, since omnid's CPU paths read float weights;
+Parakeet's and Nemotron's ``keep_quantized`` where their engines take it) and ``mlx`` (Qwen3's MLX decoder over the
+packed modules, Metal's path). A cell that fails (a folder the loader refuses) prints its error in the table.
 
 The table: medians of the runs, and each quantized or float16 row's ratio to the float32 row of its kind (the
 daemon's path), measured in the same run, beside the share of the timed pass in which the machine's CPUs were
@@ -54,6 +54,7 @@ Time on the project's 2-core VM: building every checkpoint about 5 minutes the f
 
     .venv/bin/python bench/quantized.py                        # every kind, 3 runs per cell
     .venv/bin/python bench/quantized.py --quick                # every kind, 1 run, 9.7 s of audio
+    .venv/bin/python bench/quantized.py --quick --runs 3 --default-only   # what the daemon runs, 3 runs: ~20 min
     .venv/bin/python bench/quantized.py --kinds whisper,parakeet --runs 1
 """
 
@@ -373,14 +374,14 @@ def load_engine(kind: str, folder: Path, choice: str) -> Any:
     options = descriptor.options(sections(load_config()))
     if choice == "default":
         return descriptor.load(f"bench-{kind}", folder, {}, options)
-    if choice == "numpy":  # Qwen3: the numpy decoder over the widened weights
+    if choice == "mlx":  # Qwen3: the MLX decoder over the packed modules (Metal's path)
         if kind == "qwen3_asr":
             from omnid.engine.qwen3_asr.engine import Qwen3AsrEngine
 
-            return Qwen3AsrEngine(f"bench-{kind}", folder, {}, options, cpu_decoder=True)
+            return Qwen3AsrEngine(f"bench-{kind}", folder, {}, options, cpu_decoder=False)
         from omnid.engine.qwen3_aligner.engine import Qwen3AlignerEngine
 
-        return Qwen3AlignerEngine(f"bench-{kind}", folder, {}, cpu_decoder=True, segment_max_s=options)
+        return Qwen3AlignerEngine(f"bench-{kind}", folder, {}, cpu_decoder=False, segment_max_s=options)
     # packed: the engine's keep_quantized, where its constructor takes it
     engine_class = {"parakeet": "omnid.engine.parakeet.engine:ParakeetEngine",
                     "nemotron": "omnid.engine.nemotron.engine:NemotronEngine",
@@ -515,7 +516,7 @@ def machine() -> str:
 def choices(kind: str, variant: str) -> tuple[str, ...]:
     if not variant.startswith("q"):
         return ("default",)
-    other = {"whisper": "packed", "qwen3_asr": "numpy", "qwen3_aligner": "numpy", "parakeet": "packed",
+    other = {"whisper": "packed", "qwen3_asr": "mlx", "qwen3_aligner": "mlx", "parakeet": "packed",
              "nemotron": "packed", "sortformer": "packed"}[kind]
     return ("default", other)
 
@@ -528,10 +529,10 @@ def median(rows: list[dict], key: str) -> float:
 def describe(kind: str, variant: str, choice: str) -> str:
     if choice == "packed":
         return "packed (MLX quantized layers)"
-    if choice == "numpy":
-        return "numpy decoder, widened"
+    if choice == "mlx":
+        return "MLX packed decoder"
     if kind in ("qwen3_asr", "qwen3_aligner"):
-        return "MLX packed decoder" if variant.startswith("q") else "numpy decoder"
+        return "numpy decoder, widened" if variant.startswith("q") else "numpy decoder"
     return "widened to f32" if variant.startswith("q") else "as the daemon"
 
 
@@ -574,6 +575,8 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/omnid-bench-quantized"),
                     help="where the checkpoints are built and kept for later runs")
     ap.add_argument("--quick", action="store_true", help="1 run per cell and one 9.7 s clip")
+    ap.add_argument("--default-only", action="store_true",
+                    help="only what the daemon runs here, not the other choice (MLX's quantized kernels: the slow cells)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=argparse.SUPPRESS)
     ap.add_argument("--build", help=argparse.SUPPRESS)
     ap.add_argument("--worker", nargs=3, metavar=("KIND", "FOLDER", "CHOICE"), help=argparse.SUPPRESS)
@@ -600,7 +603,8 @@ def main() -> None:
             for variant in variants:
                 results[kind, variant, "default"] = [{"error": f"building the checkpoints failed ({proc.returncode})"}]
             continue
-        cells = [(kind, variant, choice) for variant in variants for choice in choices(kind, variant)]
+        cells = [(kind, variant, choice) for variant in variants for choice in choices(kind, variant)
+                 if choice == "default" or not args.default_only]
         for cell in cells:
             results[cell] = []
         refused: set[tuple[str, str, str]] = set()

@@ -115,7 +115,8 @@ def test_mlx_audio_quantized_folders_compute_as_mlx_audio(name: str, made: Calla
     ckpt = load_checkpoint(folder)
     assert ckpt.layout == "mlx" and {q.mode for q in ckpt.quantized.values()} == {_mode(name)}
     assert "text.embed_tokens" in ckpt.quantized and not any(m.startswith("audio.") for m in ckpt.quantized)
-    ours, theirs, float32 = Qwen3AsrEngine(name, folder, options=GUARD_OFF), ref.load(folder), ref.load(
+    # ours: the MLX decoder over the packed modules (Metal's path); numpy below: the CPU's default, widened at load.
+    ours, theirs, float32 = Qwen3AsrEngine(name, folder, options=GUARD_OFF, cpu_decoder=False), ref.load(folder), ref.load(
         made(TINY, "float32"))
     worst = 0.0
     for case in CASES:
@@ -174,7 +175,7 @@ def test_quantized_logits_are_exactly_those_of_the_dequantized_weights(
     mx.save_safetensors(str(twin / "model.safetensors"), wide)
     plain = Qwen3AsrEngine("twin", twin, options=GUARD_OFF)
     assert not plain.quantized
-    q = Qwen3AsrEngine(name, folder, options=GUARD_OFF)
+    q = Qwen3AsrEngine(name, folder, options=GUARD_OFF, cpu_decoder=False)  # the packed MLX decoder
     for case in CASES:
         a, b = _ours(q, case), _ours(plain, case)
         assert np.abs(a - b).max() <= 1e-5 * max(1.0, np.abs(b).max())

@@ -7,7 +7,7 @@ but MLX's CPU exp is a scalar loop and the attention softmax of a long prompt do
 CPU the decoder runs here (bench/qwen3_asr_speed.py: per token and prefill against an all-MLX port), on
 zero-copy numpy views of the model's own MLX weights (no second copy in memory); a quantized module (any mode MLX
 packs: affine, mxfp4, nvfp4, mxfp8) is widened to float32 once, here, by MLX's own dequantize (a float copy of it);
-on Metal, and by default for quantized decoders, the MLX model runs. The arithmetic is the MLX decoder's (float32 RMSNorm,
+on Metal the MLX model runs, quantized modules packed. The arithmetic is the MLX decoder's (float32 RMSNorm,
 rotate-half RoPE, grouped-query causal attention, SwiGLU, tied head), checked against it and against the official
 goldens by the tests.
 """

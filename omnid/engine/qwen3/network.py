@@ -51,9 +51,10 @@ def load_network(folder: Path, pins: Mapping[str, str] | None) -> Network:
 
 
 def numpy_decoder(net: Network, wanted: bool | None) -> NumpyDecoder | None:
-    """The decoder in numpy on the CPU backend (see cpu_decoder.py: twice as fast there); None for MLX's, on Metal
-    and by default for quantized decoders (numpy would multiply a float32 copy of them, widened at load: the
-    quantized kernels keep the small weights). ``wanted``: forced on or off (tests)."""
+    """The decoder in numpy on the CPU backend (see cpu_decoder.py: twice as fast there), quantized decoders too:
+    their modules widened to float32 at load, since MLX's quantized kernels on the CPU were measured 3x (Qwen3-ASR)
+    to 20x (the aligner) slower than float32 there (bench/quantized.py), at the cost of a float32 copy in memory;
+    None for MLX's, on Metal. ``wanted``: forced on or off (tests)."""
     if wanted is None:
-        wanted = mx.default_device() == mx.cpu and not net.checkpoint.quantized
+        wanted = mx.default_device() == mx.cpu
     return NumpyDecoder(net.model, net.checkpoint.text) if wanted else None
