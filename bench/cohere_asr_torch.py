@@ -23,7 +23,9 @@ processor), then transcribe as the model card does: processor(audio, language="e
 dither 0, generate(max_new_tokens=256) greedy (the processor's chunks past 30 s go through as one padded batch),
 processor.decode with the chunk index. Reported per input: load time (from_pretrained and the processor; the imports
 are timed apart as import_s), total time (features + generate + decode),
-real-time factor (total / audio length), peak RSS, tokens generated, medians over --runs. Random weights mostly do not
+real-time factor (total / audio length), peak RSS, tokens generated (also per chunk), medians over --runs.
+``--child INPUT`` is one such measurement in the calling process, one JSON line (bench/cohere_asr_speed.py runs it
+beside omnid's side); ``--build`` only builds the checkpoint and the audio. Random weights mostly do not
 emit the end token, so each chunk usually runs the full 256 tokens: omnid's side must count its tokens the same way.
 
 A first check (--runs 1 --inputs 30, 2 CPU cores shared with other jobs, load average 4): load 11.7 s (imports
@@ -150,7 +152,8 @@ def child(work: pathlib.Path, name: str) -> None:
     with torch.inference_mode():
         out = model.generate(**inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, num_beams=1)
     generated = out[:, inputs["decoder_input_ids"].shape[1]:]
-    tokens = int(((generated != 3) & (generated != 2)).sum().item())
+    per_chunk = ((generated != 3) & (generated != 2)).sum(dim=1).tolist()
+    tokens = int(sum(per_chunk))
     if chunk_index[0][1] is None:
         text = processor.decode(out[0], skip_special_tokens=True)
     else:
@@ -160,8 +163,9 @@ def child(work: pathlib.Path, name: str) -> None:
     print(json.dumps({"input": name, "audio_s": len(audio) / 16000, "chunks": len(chunk_index), "import_s": import_s,
                       "load_s": load_s,
                       "features_s": features_s, "total_s": total_s, "rtf": total_s / (len(audio) / 16000),
-                      "peak_rss_mib": peak_kb / 1024, "tokens": tokens, "threads": torch.get_num_threads(),
-                      "text_chars": len(text)}), flush=True)
+                      "peak_rss_mib": peak_kb / 1024, "tokens": tokens, "tokens_per_chunk": per_chunk,
+                      "threads": torch.get_num_threads(), "torch": torch.__version__,
+                      "mkl": torch.backends.mkl.is_available(), "text_chars": len(text)}), flush=True)
 
 
 def main() -> None:
@@ -169,12 +173,17 @@ def main() -> None:
     p.add_argument("--work", type=pathlib.Path, default=WORK, help="checkpoint and audio folder (outside the repo)")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--inputs", nargs="+", choices=sorted(SECONDS), default=sorted(SECONDS, key=float))
-    p.add_argument("--child", choices=sorted(SECONDS), help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=sorted(SECONDS), metavar="INPUT",
+                   help="one measurement of INPUT (30 or 300) in this process, printed as one JSON line, then exit "
+                        "(the worker bench/cohere_asr_speed.py runs; the checkpoint must be built)")
+    p.add_argument("--build", action="store_true", help="only build the checkpoint and the audio in --work, then exit")
     args = p.parse_args()
     if args.child:
         child(args.work, args.child)
         return
     build(args.work)
+    if args.build:
+        return
     results = {}
     for name in args.inputs:
         runs = []

@@ -1,0 +1,232 @@
+"""Cohere Transcribe speed and memory (issue 45): omnid's cohere_asr engine against the official code
+(transformers' CohereAsrForConditionalGeneration on torch's CPU), both in the same run, on the same checkpoint and
+the same samples.
+
+The checkpoint is bench/cohere_asr_torch.py's: random weights at the real shapes (2.07 B parameters: encoder
+48 x 1280, decoder 8 x 1024, vocabulary 16384), bf16, in the Hugging Face repo's layout, written with transformers'
+own classes into --work (default /tmp/omnid-bench-cohere/checkpoint, outside the repository), with the real speech
+beside it: English corpus clips concatenated and cut to 30 s and 300 s (audio_30s.npy, audio_300s.npy, float32).
+Where they are missing this script has the torch virtualenv build them first (``cohere_asr_torch.py --build``).
+
+For each input (--inputs, 30 and 300 s) and each run (--runs, 3), one fresh child process per side, omnid's then
+transformers' (so each peak RSS, ru_maxrss, is its own, and the two sides see the same machine load):
+
+* omnid (this virtualenv): the production loader (omnid.engine.kinds' cohere_asr descriptor, default [cohere_asr]
+  section: punctuation on, max_new_tokens 256 per chunk as the model card), then engine.transcribe(samples,
+  TranscribeOptions(language="en")): the official chunks past 30 s, each decoded greedily. Load = the descriptor's
+  load (weights widened to float32); total = the whole transcribe call.
+* transformers (``--torch-python``, default /tmp/cohere-ref/bin/python, running ``cohere_asr_torch.py --child``):
+  from_pretrained in float32 and the processor; total = processor(audio, language="en") + generate(max_new_tokens
+  256, greedy; past 30 s the chunks as one padded batch) + decode.
+
+Both exclude the imports from load (shown apart) and compute in float32 with no warm-up. Reported: the medians per
+(side, input) of load, total, real-time factor (total / audio seconds) and peak RSS; omnid's speed ratio (torch's
+total / omnid's; target >= 1.5x) and peak-RSS ratio (omnid / torch; target <= 1); the tokens each chunk generated
+on each side (random weights rarely emit the end token, so both should spend the full 256 per chunk; a mismatch is
+printed); the 1-minute load average at each measurement's start (it counts the bench's own previous child too:
+on 2 cores, a reading well above 2 means another job was taking CPU, which slows both sides, not always alike).
+The machine line: cores, MLX, the BLAS libraries threadpoolctl finds in omnid's process, torch's version, threads
+and MKL from its child.
+
+The torch virtualenv (bench/cohere_asr_torch.py; scripts/cohere_asr_goldens.py has the same commands):
+
+    python3 -m venv /tmp/cohere-ref && /tmp/cohere-ref/bin/pip install torch==2.13.0 && \\
+        /tmp/cohere-ref/bin/pip install transformers==5.23.0 sentencepiece==0.2.3 protobuf safetensors numpy av soxr
+
+Then, from the repository root:
+
+    .venv/bin/python bench/cohere_asr_speed.py                        # 30 s and 5 min, medians of 3 (both sides)
+    .venv/bin/python bench/cohere_asr_speed.py --runs 1 --inputs 30   # a first check
+    .venv/bin/python bench/cohere_asr_speed.py --torch-python PY --work DIR
+
+Expected time (2 cores, shared with a test run): the check above took 6 min (omnid's child 114 s: load 35 s,
+transcribe 78 s; transformers' 250 s: imports 9 s, load 12 s, transcribe 227 s), so ``--runs 3 --inputs 30`` takes
+about 15-20 min. The 5 min input is ten chunks (omnid one after another, transformers one padded batch): from the
+30 s figures roughly 15 min per omnid run and 10-25 min per transformers run, so the full sweep takes about 1.5-2.5 h
+(the 300 s part not yet measured).
+
+First check (--runs 1 --inputs 30, load average 2-4 from a concurrent test run; torch 2.13.0+cpu, 2 threads, MKL;
+mlx 0.32.4, OpenBLAS 0.3.21 SkylakeX): omnid load 34.8 s, total 78.2 s (RTF 2.61), peak RSS 8601 MiB; transformers
+load 11.9 s, total 226.9 s (RTF 7.56), peak RSS 11780 MiB; 256 tokens in the one chunk on both sides; omnid 2.90x
+the speed at 0.73x the peak RSS, its load 3x slower (widening the bf16 file to float32 in numpy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH_SCRIPT = ROOT / "bench" / "cohere_asr_torch.py"
+WORK = Path("/tmp/omnid-bench-cohere")
+TORCH_PYTHON = Path(os.environ.get("OMNID_COHERE_REF_PYTHON", "/tmp/cohere-ref/bin/python"))
+SECONDS = {"30": 30.0, "300": 300.0}
+SIDES = ("omnid", "torch")
+MAX_NEW_TOKENS = 256  # the model card's, and [cohere_asr] max_new_tokens' default
+EXPECTED = ("expected time on 2 cores: --runs 1 --inputs 30 about 6 min, --runs 3 --inputs 30 about 15-20 min, "
+            "the full sweep about 1.5-2.5 h")
+sys.path.insert(0, str(ROOT))  # omnid from this checkout
+
+import omnid  # noqa: E402,F401  (OpenBLAS before mlx, in the parent and in every worker, as the daemon does)
+
+# --- omnid's worker (a fresh process per measurement) ---------------------------------------------------------------
+
+
+def worker_omnid(work: Path, name: str) -> dict:
+    started = time.perf_counter()
+    import mlx.core as mx
+    import numpy as np
+
+    from omnid.engine import kinds
+    from omnid.engine.options import TranscribeOptions
+
+    import_s = time.perf_counter() - started
+    kind = kinds.named("cohere_asr")
+    options = kind.options({"cohere_asr": {}})  # the configuration's defaults
+    assert options.max_new_tokens == MAX_NEW_TOKENS and options.punctuation, options
+    started = time.perf_counter()
+    engine = kind.load("cohere-bench", work / "checkpoint", {}, options)
+    load_s = time.perf_counter() - started
+    per_chunk: list[int] = []
+    decode_chunk = engine.decode_chunk
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        gen = decode_chunk(*args, **kwargs)
+        per_chunk.append(len(gen.tokens))
+        return gen
+
+    engine.decode_chunk = counted
+    audio = np.load(work / f"audio_{name}s.npy")
+    assert audio.dtype == np.float32, audio.dtype
+    started = time.perf_counter()
+    transcript = engine.transcribe(audio, TranscribeOptions(language="en"))
+    total_s = time.perf_counter() - started
+    assert transcript.generated_tokens == sum(per_chunk), (transcript.generated_tokens, per_chunk)
+    seconds = len(audio) / 16000
+    return {"input": name, "audio_s": seconds, "chunks": len(per_chunk), "import_s": import_s, "load_s": load_s,
+            "total_s": total_s, "rtf": total_s / seconds,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "mlx_peak_mib": mx.get_peak_memory() / 2**20, "tokens": sum(per_chunk), "tokens_per_chunk": per_chunk,
+            "finish": transcript.finish_reason, "text_chars": len(transcript.text)}
+
+
+# --- the parent ----------------------------------------------------------------------------------------------------
+
+
+def measure(side: str, name: str, args: argparse.Namespace) -> dict:
+    if side == "omnid":
+        cmd = [sys.executable, __file__, "--work", str(args.work), "--worker", name]
+    else:
+        cmd = [str(args.torch_python), str(TORCH_SCRIPT), "--work", str(args.work), "--child", name]
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    if done.returncode:
+        sys.exit(f"{side} {name} s failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    row.update(side=side, load_avg=load_before, process_s=time.perf_counter() - started)
+    return row
+
+
+def machine(torch_row: dict | None) -> str:
+    import mlx.core as mx
+    from threadpoolctl import threadpool_info
+
+    blas = ", ".join(f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture') or '?'}, "
+                     f"{i.get('num_threads')} threads)" for i in threadpool_info())
+    torch = (f"torch {torch_row['torch']} ({torch_row['threads']} threads, MKL {torch_row.get('mkl')})"
+             if torch_row else "torch: not run")
+    return (f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} cores, "
+            f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}; mlx {mx.__version__}; "
+            f"BLAS: {blas or 'none found'}; {torch}")
+
+
+def table(rows: list[dict], inputs: list[str]) -> None:
+    med = {}
+    print(f"\n{'side':<7}{'input':>7}{'runs':>6}{'import s':>10}{'load s':>9}{'total s':>10}{'RTF':>8}"
+          f"{'peak RSS MiB':>14}{'tokens/chunk':>20}{'load avg':>10}")
+    for name in inputs:
+        for side in SIDES:
+            mine = [r for r in rows if r["side"] == side and r["input"] == name]
+            if not mine:
+                continue
+            m = {k: statistics.median(r[k] for r in mine)
+                 for k in ("import_s", "load_s", "total_s", "rtf", "peak_rss_mib", "load_avg")}
+            med[side, name] = m
+            chunks = sorted({tuple(r["tokens_per_chunk"]) for r in mine})
+            shown = " | ".join(
+                (f"{c[0]} x{len(c)}" if len(set(c)) == 1 else ",".join(map(str, c))) for c in chunks)
+            print(f"{side:<7}{name + ' s':>7}{len(mine):>6}{m['import_s']:>10.1f}{m['load_s']:>9.1f}"
+                  f"{m['total_s']:>10.1f}{m['rtf']:>8.3f}{m['peak_rss_mib']:>14.0f}{shown:>20}"
+                  f"{m['load_avg']:>10.1f}")
+    print()
+    for name in inputs:
+        if ("omnid", name) in med and ("torch", name) in med:
+            o, t = med["omnid", name], med["torch", name]
+            speed = t["total_s"] / o["total_s"]
+            rss = o["peak_rss_mib"] / t["peak_rss_mib"]
+            print(f"{name} s: omnid {speed:.2f}x transformers' speed (total; target >= 1.5x: "
+                  f"{'met' if speed >= 1.5 else 'NOT met'}), load {t['load_s'] / o['load_s']:.2f}x, "
+                  f"peak RSS {rss:.2f}x transformers' ({'no higher' if rss <= 1 else 'HIGHER'})")
+        budgets = {(r["side"], tuple(r["tokens_per_chunk"])) for r in rows if r["input"] == name}
+        full = all(all(n == MAX_NEW_TOKENS for n in c) for _, c in budgets)
+        same = len({c for _, c in budgets}) == 1
+        if full and same:
+            print(f"{name} s: every chunk on both sides generated the full {MAX_NEW_TOKENS}-token budget")
+        else:
+            print(f"{name} s: tokens per chunk DIFFER from the {MAX_NEW_TOKENS}-token budget or between the sides: "
+                  + "; ".join(f"{s} {list(c)}" for s, c in sorted(budgets)))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, epilog=EXPECTED,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work", type=Path, default=WORK, help="the checkpoint/ and audio_*.npy folder")
+    p.add_argument("--runs", type=int, default=3, help="measurements per side and input (medians over them)")
+    p.add_argument("--inputs", default="30,300", help="comma-separated input lengths in seconds: 30, 300")
+    p.add_argument("--torch-python", type=Path, default=TORCH_PYTHON,
+                   help="the torch virtualenv's interpreter (also $OMNID_COHERE_REF_PYTHON)")
+    p.add_argument("--sides", default="omnid,torch", help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=sorted(SECONDS), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(worker_omnid(args.work, args.worker)), flush=True)
+        return
+    inputs = [s.strip() for s in args.inputs.split(",") if s.strip()]
+    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    if bad := [s for s in inputs if s not in SECONDS] + [s for s in sides if s not in SIDES]:
+        p.error(f"unknown input or side: {', '.join(bad)} (inputs: 30, 300)")
+    if "torch" in sides and not args.torch_python.exists():
+        p.error(f"no torch virtualenv at {args.torch_python} (the docstring has its commands; --torch-python PY)")
+    if not (args.work / "checkpoint" / "model.safetensors").is_file() or not all(
+            (args.work / f"audio_{s}s.npy").is_file() for s in SECONDS):
+        print(f"building the checkpoint and audio in {args.work} (once)", flush=True)
+        subprocess.run([str(args.torch_python), str(TORCH_SCRIPT), "--work", str(args.work), "--build"], check=True,
+                       cwd=ROOT)
+    began = time.perf_counter()
+    rows: list[dict] = []
+    for name in inputs:
+        for run in range(args.runs):
+            for side in sides:
+                rows.append(measure(side, name, args))
+                r = rows[-1]
+                print(f"{side:<6} {name:>3} s run {run + 1}/{args.runs}: load {r['load_s']:.1f} s, total "
+                      f"{r['total_s']:.1f} s, RTF {r['rtf']:.3f}, peak RSS {r['peak_rss_mib']:.0f} MiB, "
+                      f"chunks {r['chunks']}, tokens {r['tokens_per_chunk']}, load avg {r['load_avg']:.1f}, "
+                      f"process {r['process_s']:.0f} s", flush=True)
+    print("\n" + machine(next((r for r in rows if r["side"] == "torch"), None)))
+    table(rows, inputs)
+    print(f"\nwall time {time.perf_counter() - began:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
