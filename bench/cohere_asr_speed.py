@@ -39,16 +39,15 @@ Then, from the repository root:
     .venv/bin/python bench/cohere_asr_speed.py --runs 1 --inputs 30   # a first check
     .venv/bin/python bench/cohere_asr_speed.py --torch-python PY --work DIR
 
-Expected time (2 cores, shared with a test run): the check above took 6 min (omnid's child 114 s: load 35 s,
-transcribe 78 s; transformers' 250 s: imports 9 s, load 12 s, transcribe 227 s), so ``--runs 3 --inputs 30`` takes
-about 15-20 min. The 5 min input is ten chunks (omnid one after another, transformers one padded batch): from the
-30 s figures roughly 15 min per omnid run and 10-25 min per transformers run, so the full sweep takes about 1.5-2.5 h
-(the 300 s part not yet measured).
+Expected time (2 cores): ``--runs 3 --inputs 30`` took 237 s on a quiet machine. The 5 min input is ten chunks
+(omnid one after another, transformers one padded batch); the full sweep is estimated at 1-2 h (the 300 s part not
+yet measured).
 
-First check (--runs 1 --inputs 30, load average 2-4 from a concurrent test run; torch 2.13.0+cpu, 2 threads, MKL;
-mlx 0.32.4, OpenBLAS 0.3.21 SkylakeX): omnid load 34.8 s, total 78.2 s (RTF 2.61), peak RSS 8601 MiB; transformers
-load 11.9 s, total 226.9 s (RTF 7.56), peak RSS 11780 MiB; 256 tokens in the one chunk on both sides; omnid 2.90x
-the speed at 0.73x the peak RSS, its load 3x slower (widening the bf16 file to float32 in numpy).
+Measured (--runs 3 --inputs 30, quiet machine, load average 0.8-2.0; torch 2.13.0+cpu, 2 threads, MKL; mlx 0.32.4,
+OpenBLAS 0.3.21 SkylakeX, 2 threads; medians): omnid load 10.1 s, total 32.9 s (RTF 1.097), peak RSS 8610 MiB;
+transformers load 4.7 s, total 23.0 s (RTF 0.765), peak RSS 12438 MiB; 256 tokens in the one chunk on both sides:
+omnid 0.70x transformers' speed (issue 45's target, 1.5x, not met) at 0.69x its peak RSS. A first single run while a
+test suite shared the cores had shown 2.90x: contention, not a figure to quote.
 """
 
 from __future__ import annotations
