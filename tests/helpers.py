@@ -131,6 +131,17 @@ def get(url: str) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read())
 
 
+def health_once_loaded(url: str, limit_s: float = 60.0) -> tuple[int, dict]:
+    """``GET /health`` of a daemon at ``url`` once it no longer says "loading" (its models loaded or failed), or
+    the last answer after ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    status, health = get(url + "/health")
+    while health.get("status") == "loading" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        status, health = get(url + "/health")
+    return status, health
+
+
 # --- small random checkpoints -----------------------------------------------------------------------------------
 
 

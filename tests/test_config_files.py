@@ -16,7 +16,7 @@ import pytest
 
 from omnid.audio import wav_bytes
 from omnid.config import ConfigError, load_config, model_folder
-from tests.helpers import get, post_transcription, ready_line
+from tests.helpers import health_once_loaded, post_transcription, ready_line
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN_TINY = ROOT / "tests" / "goldens" / "qwen3_asr_tiny"
@@ -115,11 +115,7 @@ def test_the_daemon_serves_a_files_only_model_from_a_path_relative_to_the_file_a
         ready = ready_line(proc)
         assert ready["event"] == "ready" and ready["model_name"] == "qwen", ready
         url = f"http://127.0.0.1:{ready['port']}"
-        for _ in range(600):
-            status, health = get(url + "/health")
-            if health["status"] != "loading":
-                break
-            asyncio.run(asyncio.sleep(0.1))
+        status, health = health_once_loaded(url)
         assert status == 200 and health["models"]["qwen"]["status"] == "ready", health
         assert "tiny.en" not in health["models"]
         noise = np.random.default_rng(0).standard_normal(16000).astype(np.float32) * 0.1

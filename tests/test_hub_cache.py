@@ -18,7 +18,7 @@ import pytest
 
 from omnid.audio import wav_bytes
 from omnid.engine import kinds
-from tests.helpers import get, post_transcription, ready_line
+from tests.helpers import get, health_once_loaded, post_transcription, ready_line
 from tests.hf_cache import NEW, OLD, ROOT, omnid, put_snapshot
 from tests.test_parakeet import GOLDENS, audio, meta
 
@@ -192,11 +192,7 @@ def test_the_daemon_serves_a_repo_id_and_lists_only_its_configured_models(cache,
         ready = ready_line(proc)
         assert ready["event"] == "ready", ready
         url = f"http://127.0.0.1:{ready['port']}"
-        for _ in range(600):
-            _, health = get(url + "/health")
-            if health["status"] != "loading":
-                break
-            asyncio.run(asyncio.sleep(0.1))
+        health_once_loaded(url)
         status, models = get(url + "/v1/models")
         assert status == 200 and [m["id"] for m in models["data"]] == ["p", "silero-vad"], models
         status, body = asyncio.run(post_transcription(url, wav.read_bytes(), model="p", vad_filter="false"))
