@@ -22,11 +22,9 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from omnid.api.errors import ApiError, invalid
 from omnid.echo import ECHO_CHARS, shown
-from omnid.runtime.request_rules import Count, Range
+from omnid.runtime.request_rules import FALSE, TRUE, Count, Range
 
 CHUNK = 1 << 16
-TRUE = {"1", "true", "yes", "on"}
-FALSE = {"0", "false", "no", "off", ""}
 
 
 @dataclass
@@ -174,7 +172,7 @@ def flag(form: Form, name: str) -> bool:
     raw = (form.get(name) or "").strip().lower()
     if raw in TRUE:
         return True
-    if raw in FALSE:
+    if not raw or raw in FALSE:  # a blank field is the flag off
         return False
     raise invalid(name, f"{name} must be a flag (1/true/yes/on or 0/false/no/off), got {shown(raw)}")
 
