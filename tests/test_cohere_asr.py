@@ -129,6 +129,27 @@ def test_features_encoder_tokens_and_texts_match_transformers(case: str) -> None
         (ch["samples"][0] / 16000, ch["samples"][1] / 16000) for ch in c["chunks"] if ch["text"].strip()]
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_the_numpy_step_and_the_mlx_decoder_give_the_same_tokens(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On MLX's CPU device the tokens after the prompt come from the numpy step (engine/cpu_cross_decoder.py), on
+    Metal from the MLX decoder: both give transformers' ids, and their logits agree step by step."""
+    e, c = engine(), meta()["cases"][case]
+    assert mx.default_device() == mx.cpu and e.model.cpu_step is not None
+    prompt = e.prompt(c["language"], c["punctuation"])
+    ch = c["chunks"][0]
+    encoded = e.model.encode(e.model.features(audio(case)[ch["samples"][0] : ch["samples"][1]]))
+    step, mlx_caches, numpy_caches = e.model.cpu_step, e.model.decoder.caches(encoded), e.model.decoder.caches(encoded)
+    e.model.decoder.logits(prompt, 0, mlx_caches)
+    e.model.decoder.logits(prompt, 0, numpy_caches)
+    row = step.row([(k.keys, k.values) for k in numpy_caches], [(k.cross_keys, k.cross_values) for k in numpy_caches])
+    for position, token in enumerate(golden_ids(ch)[:8], start=len(prompt)):
+        theirs = np.array(e.model.decoder.logits([token], position, mlx_caches))
+        assert np.abs(step.step([token], [row])[0] - theirs).max() <= 1e-3
+    with monkeypatch.context() as m:
+        m.setattr(type(e.model), "cpu_step", property(lambda self: None))
+        assert e.model.generate(encoded, prompt, meta()["max_new_tokens"]).tokens == golden_ids(ch)
+
+
 def test_the_section_default_budget_and_punctuation_are_the_model_cards() -> None:
     """Without a request's budget each chunk gets 256 tokens (the model card's max_new_tokens); without a request's
     punctuation the section's (default on) picks the prompt."""

@@ -233,7 +233,7 @@ def test_quantized_folder_gives_mlx_whispers_greedy_tokens_in_both_paths(name, a
     decoder = engine.model.decoder
     cross = decoder.cross_kv(engine.model.encoder(mel))
     hidden, caches = decoder(mx.array([prompt]), None, kv_cache=cross)
-    row = decoder.cpu_step.row([c[0] for c in caches], cross)
+    row = decoder.cpu_step.row([c[0] for c in caches], [kv for _, kv in cross])
     numpy_tokens = [int(np.array(decoder.logits(hidden[:, -1]))[0].argmax())]
     while len(numpy_tokens) < len(want[f"{name}_greedy"]):
         numpy_tokens.append(int(decoder.cpu_step.step([numpy_tokens[-1]], [row])[0].argmax()))

@@ -9,6 +9,11 @@ causal self-attention (a key/value cache per layer), cross-attention over ``enco
 (keys and values computed once per clip) and a ReLU feed-forward; a final LN; the head (``log_softmax.mlp.layer0``,
 with a bias: its log-softmax changes no argmax). Every projection has a bias; attention is scaled by head_dim^-0.5.
 Module names are mlx-audio's, so that a converted folder's weights load as they are.
+
+On MLX's CPU device the prompt runs through the MLX decoder and every later token through the shared numpy step
+(engine/cpu_cross_decoder.py, on views of the same weights): a token reads the decoder's 540 MB of float32 weights,
+which numpy's BLAS streams at the memory's speed where MLX spent about 70 ms a token on this project's 2-core VM
+(bench/cohere_asr_speed.py). Metal, and modules kept packed, keep the MLX decoder.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cohere_asr.checkpoint import Checkpoint, DecoderDims
+from omnid.engine.cpu_cross_decoder import CpuCrossDecoder, CrossLayer, relu_rows
 from omnid.engine.nemo.fastconformer import FastConformer
 from omnid.engine.nemo.features import log_mel
 from omnid.engine.nemo.mlx_folder import load_module
+from omnid.engine.numpy_layers import Linear, Norm, as_numpy
 
 
 class Attention(nn.Module):
@@ -39,7 +46,8 @@ class Attention(nn.Module):
         return x.reshape(b, t, self.heads, h // self.heads).transpose(0, 2, 1, 3)
 
     def keys_values(self, x: mx.array) -> tuple[mx.array, mx.array]:
-        return self.split(self.key_net(x)), self.split(self.value_net(x))
+        """Contiguous (B, heads, T, head_dim): the numpy step reads them as they are stored."""
+        return mx.contiguous(self.split(self.key_net(x))), mx.contiguous(self.split(self.value_net(x)))
 
     def attend(self, x: mx.array, k: mx.array, v: mx.array, mask: mx.array | None = None) -> mx.array:
         q = self.split(self.query_net(x))
@@ -163,6 +171,28 @@ class Decoder(nn.Module):
         x = self.transf_decoder.decoder.final_layer_norm(x[:, -1])
         return self.log_softmax.mlp.layer0(x)[0]
 
+    def cpu_step(self) -> CpuCrossDecoder | None:
+        """The one-token step in numpy on views of these weights, for MLX's CPU device; None where a module is kept
+        packed (MLX's quantized layers compute it)."""
+        if mx.default_device() != mx.cpu or any(isinstance(m, nn.QuantizedLinear | nn.QuantizedEmbedding)
+                                                for _, m in self.named_modules()):
+            return None
+        layers = []
+        for layer in self.transf_decoder.decoder.layers:
+            attn, cross, mlp = layer.first_sub_layer, layer.second_sub_layer, layer.third_sub_layer
+            layers.append(CrossLayer(
+                Norm.of(layer.layer_norm_1), Linear.of(attn.query_net), Linear.of(attn.key_net),
+                Linear.of(attn.value_net), Linear.of(attn.out_projection), Norm.of(layer.layer_norm_2),
+                Linear.of(cross.query_net), Linear.of(cross.out_projection), Norm.of(layer.layer_norm_3),
+                Linear.of(mlp.dense_in), Linear.of(mlp.dense_out)))
+        embedding = self.transf_decoder.embedding
+        return CpuCrossDecoder(
+            n_head=self.dims.heads, head_dim=self.dims.hidden // self.dims.heads,
+            embedding=as_numpy(embedding.token_embedding.weight), positions=as_numpy(embedding.position_embedding.pos_enc),
+            embedding_ln=Norm.of(embedding.layer_norm), layers=layers,
+            ln=Norm.of(self.transf_decoder.decoder.final_layer_norm), head=Linear.of(self.log_softmax.mlp.layer0),
+            activation=relu_rows, single_threaded=False)
+
 
 @dataclass(frozen=True)
 class Generation:
@@ -178,6 +208,14 @@ class CohereAsr:
         load_module(self.encoder, w, "encoder.", ckpt.quantized)
         self.decoder = Decoder(ckpt.dims.decoder, ckpt.dims.conformer.d_model, "encoder_decoder_proj.weight" in w)
         load_module(self.decoder, w, "", ckpt.quantized)
+        self._cpu_step: CpuCrossDecoder | None = None
+
+    @property
+    def cpu_step(self) -> CpuCrossDecoder | None:
+        """The decoder's numpy step on MLX's CPU device (built once), else None."""
+        if self._cpu_step is None:
+            self._cpu_step = self.decoder.cpu_step()
+        return self._cpu_step
 
     def features(self, audio: np.ndarray) -> np.ndarray:
         """16 kHz mono float32 -> (n // 160, 128): the valid frames, normalised per feature over them."""
@@ -197,14 +235,21 @@ class CohereAsr:
         budget = min(budget, self.dims.decoder.positions - len(prompt))
         caches = self.decoder.caches(encoded)
         tokens: list[int] = []
-        ids, first = prompt, 0
-        while len(tokens) < budget:
-            check()
-            logits = self.decoder.logits(ids, first, caches)
-            token = int(np.array(mx.argmax(logits)))
+        if budget <= 0:
+            return Generation(tokens, "length")
+        check()
+        token = int(np.array(mx.argmax(self.decoder.logits(prompt, 0, caches))))
+        step = self.cpu_step
+        row = step.row([(c.keys, c.values) for c in caches], [(c.cross_keys, c.cross_values) for c in caches]) \
+            if step is not None else None
+        while True:
             if token == self.eos:
                 return Generation(tokens, "stop")
             tokens.append(token)
-            first += len(ids)
-            ids = [token]
-        return Generation(tokens, "length")
+            if len(tokens) == budget:
+                return Generation(tokens, "length")
+            check()
+            if step is not None and row is not None:
+                token = int(np.argmax(step.step([token], [row])[0]))
+            else:
+                token = int(np.array(mx.argmax(self.decoder.logits([token], len(prompt) + len(tokens) - 1, caches))))

@@ -13,10 +13,11 @@ from typing import Any, Callable
 import mlx.core as mx
 import mlx.nn as nn
 
+from omnid.engine.cpu_cross_decoder import CpuCrossDecoder
 from omnid.engine.cpu_encoder import CpuEncoderLayer
 from omnid.engine.cpu_math import attention, gelu
 from omnid.engine.numpy_layers import through_layers
-from omnid.engine.whisper.cpu_decoder import CpuTextDecoder
+from omnid.engine.whisper.cpu_decoder import cpu_text_decoder
 
 KVCache = tuple[mx.array, mx.array]
 
@@ -224,10 +225,10 @@ class TextDecoder(nn.Module):
             mx.eval(self._projection)
 
     @cached_property
-    def cpu_step(self) -> CpuTextDecoder:
+    def cpu_step(self) -> CpuCrossDecoder:
         """The one-token step in numpy, for MLX's CPU device (built at the first CPU decode, after the weights and
         ``freeze_projection``: it reads them in place)."""
-        return CpuTextDecoder(self)
+        return cpu_text_decoder(self)
 
     def cross_kv(self, xa: mx.array) -> list[tuple[None, KVCache]]:
         """Cross-attention keys and values of one window, computed once and reused for every token."""
