@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import TypeVar
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -30,6 +31,8 @@ from omnid.engine.cpu_math import (
 from omnid.engine.nemo.cpu_cache_aware import CpuStreamingLayer
 from omnid.engine.nemo.cpu_fastconformer import CpuConformerLayer, linear, relative_sinusoids, relative_table
 from omnid.engine.numpy_layers import through_layers
+
+Tensor = TypeVar("Tensor", np.ndarray, mx.array)
 
 
 @dataclass(frozen=True)
@@ -344,10 +347,16 @@ def encoder_name(name: str) -> str:
     return name
 
 
-def mlx_layout(name: str, t: np.ndarray) -> np.ndarray:
-    """A torch convolution weight in MLX's layout; anything else as it is."""
+def mlx_layout(name: str, t: Tensor) -> Tensor:
+    """A torch convolution weight in MLX's layout (numpy's or MLX's array, transposed as a view or lazily); anything
+    else as it is."""
     if t.ndim == 4:  # Conv2d (O, I, kH, kW) -> (O, kH, kW, I)
-        return t.transpose(0, 2, 3, 1)
+        return _stored(t.transpose(0, 2, 3, 1))
     if t.ndim == 3 and name.endswith("weight"):  # Conv1d (O, I, K) -> (O, K, I)
-        return t.transpose(0, 2, 1)
+        return _stored(t.transpose(0, 2, 1))
     return t
+
+
+def _stored(t: Tensor) -> Tensor:
+    """An MLX transpose stored in its own order, as the numpy one is once MLX copies it into an array."""
+    return mx.contiguous(t) if isinstance(t, mx.array) else t

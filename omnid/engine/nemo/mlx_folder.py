@@ -136,7 +136,9 @@ def load_module(module: nn.Module, weights: dict[str, Any], prefix: str, quantiz
     if any(m in quantized for m in ours.values()):
         nn.quantize(module, class_predicate=lambda path, _m: q.params() if (
             q := quantized.get(ours.get(path, ""))) else False)
-    module.load_weights([(k, mx.array(weights.pop(v))) for k, v in names.items()])
+    # MLX arrays as they are (a lazy widening is computed once, here, into the module's own arrays: no copy).
+    module.load_weights([(k, w if isinstance(w := weights.pop(v), mx.array) else mx.array(w))
+                         for k, v in names.items()])
     mx.eval(module.parameters())
 
 
