@@ -160,6 +160,28 @@ def test_the_section_default_budget_and_punctuation_are_the_model_cards() -> Non
     assert CohereOptions().max_new_tokens == 256 and CohereOptions().punctuation
 
 
+def test_a_long_clips_chunks_decoded_together_give_each_its_own_tokens() -> None:
+    """chunks_together chunks go through the decoder at once (their steps share the weights' reads): every chunk's
+    tokens are still transformers', however many share a step, a chunk too short to encode among them is empty, and
+    the section refuses a group size past its cap."""
+    case = next(k for k, c in meta()["cases"].items() if c["chunked"])
+    c = meta()["cases"][case]
+    a = audio(case)
+    spans = [tuple(ch["samples"]) for ch in c["chunks"]]
+    e = engine()
+    prompt = e.prompt(c["language"], c["punctuation"])
+    chunks = [a[start:end] for start, end in spans]
+    together = e.decode_chunks([chunks[0], a[:100], *chunks[1:], chunks[0]], prompt, meta()["max_new_tokens"])
+    want = [golden_ids(ch) for ch in c["chunks"]]
+    assert [g.tokens for g in together] == [want[0], [], *want[1:], want[0]]
+    assert together[1].finish == "stop"
+    for n in (1, 2):
+        one_by_one = CohereAsrEngine("cohere", GOLDENS, options=CohereOptions(chunks_together=n))
+        assert one_by_one.transcribe(a, opts(case, max_new_tokens=meta()["max_new_tokens"])).text == c["text"].lstrip()
+    with pytest.raises(ValueError, match="chunks_together"):
+        CohereOptions(chunks_together=65).check()
+
+
 def test_tokenizer_model_alone_gives_the_official_text(tmp_path: Path) -> None:
     """A folder without tokenizer.json (a converted folder may carry only tokenizer.model): the same ids by name
     and the same text of every case, and of random ids over the whole vocabulary (bytes, specials, <unk>)."""

@@ -5,8 +5,8 @@ Audio up to 30 s (the 35 s window less its 5 s search) is one input. Longer audi
 35 s: from each chunk's start, the cut is searched in the window's last 5 s, on a grid of 1600-sample windows from
 ``start + 30 s`` (those starting before the search span's last 1600 samples), the first window whose RMS (in float32)
 is strictly the lowest wins, and the cut is its start; the rest of the audio, once no longer than 35 s, is the last
-chunk. So 30 to 35 s takes the chunk path as one chunk. Every chunk goes through the model alone (the official code
-batches them, padded and masked: the same result). Nothing is cut at a model limit: the official code has no other
+chunk. So 30 to 35 s takes the chunk path as one chunk. Every chunk is encoded alone (the official code batches
+them, padded and masked: the same result) and decoded with up to ``chunks_together`` others (engine.py). Nothing is cut at a model limit: the official code has no other
 window (the encoder's relative positions cover any length, and the decoder's 1024 positions bound only the tokens),
 so no chunk is longer than 35 s and no audio is refused for its length.
 

@@ -108,12 +108,19 @@ class CohereAsrEngine:
     def decode_chunk(self, audio: np.ndarray, prompt: list[int], budget: int, check: Check = lambda: None,
                      forced: list[int] | None = None) -> Generation:
         """One input's greedy tokens after the prompt (and ``forced`` tokens, which it continues)."""
-        if len(audio) < MIN_SAMPLES:
-            return Generation([], "stop")
-        mel = self.model.features(audio)
-        check()
-        encoded = self.model.encode(mel, check)
-        return self.model.generate(encoded, prompt + (forced or []), budget, check)
+        return self.decode_chunks([audio], prompt + (forced or []), budget, check)[0]
+
+    def decode_chunks(self, chunks: list[np.ndarray], prompt: list[int], budget: int,
+                      check: Check = lambda: None) -> list[Generation]:
+        """Each input's greedy tokens after the prompt, the inputs encoded one by one and decoded together."""
+        encoded = []
+        for audio in chunks:
+            if len(audio) >= MIN_SAMPLES:
+                mel = self.model.features(audio)
+                check()
+                encoded.append(self.model.encode(mel, check))
+        generated = iter(self.model.generate_together(encoded, prompt, budget, check) if encoded else [])
+        return [next(generated) if len(audio) >= MIN_SAMPLES else Generation([], "stop") for audio in chunks]
 
     def official_text(self, prompt: list[int], tokens: list[int]) -> str:
         """The official processor's text of one input: its decode of the prompt and the tokens."""
@@ -124,33 +131,37 @@ class CohereAsrEngine:
     def transcribe(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
                    on_segment: Callable[[Segment], None] | None = None,
                    on_progress: Callable[[float, float], None] | None = None) -> Transcript:
-        """16 kHz mono float32 -> transcript: one input up to 30 s, else the official chunks, each decoded alone."""
+        """16 kHz mono float32 -> transcript: one input up to 30 s, else the official chunks, ``chunks_together``
+        of them decoded at once."""
         language = self.language(opts)
         prompt = self.prompt(language, self.punctuation(opts))
         budget = opts.max_new_tokens or self.options.max_new_tokens
         audio = np.asarray(audio, np.float32)
         duration = len(audio) / SAMPLE_RATE
-        spans = chunk_spans(len(audio), audio)
+        found = chunk_spans(len(audio), audio)
+        spans = found or [(0, len(audio))]
         segments: list[Segment] = []
         texts: list[str] = []
         generated, finish = 0, "stop"
-        for start, end in spans or [(0, len(audio))]:
+        together = self.options.chunks_together  # chunks decoded at once: their caches are in memory together
+        for group in (spans[i : i + together] for i in range(0, len(spans), together)):
             check()
-            gen = self.decode_chunk(audio[start:end], prompt, budget, check)
-            text = self.official_text(prompt, gen.tokens)
-            texts.append(text)
-            generated += len(gen.tokens)
-            finish = gen.finish if gen.finish != "stop" else finish
-            if text.strip():
-                seg = Segment(len(segments), start // HOP, start / SAMPLE_RATE, end / SAMPLE_RATE, text.strip(),
-                              gen.tokens, 0.0, 0.0, 0.0, 0.0, None, language)
-                if on_segment is not None:
-                    on_segment(replace(seg, text=" " + seg.text) if segments and language not in ("ja", "zh")
-                               else seg)
-                segments.append(seg)
-            if on_progress is not None:
-                on_progress(end / SAMPLE_RATE, duration)
-        official = join_texts(texts, language) if spans is not None else (texts[0] if texts else "")
+            generations = self.decode_chunks([audio[a:b] for a, b in group], prompt, budget, check)
+            for (start, end), gen in zip(group, generations, strict=True):
+                text = self.official_text(prompt, gen.tokens)
+                texts.append(text)
+                generated += len(gen.tokens)
+                finish = gen.finish if gen.finish != "stop" else finish
+                if text.strip():
+                    seg = Segment(len(segments), start // HOP, start / SAMPLE_RATE, end / SAMPLE_RATE, text.strip(),
+                                  gen.tokens, 0.0, 0.0, 0.0, 0.0, None, language)
+                    if on_segment is not None:
+                        on_segment(replace(seg, text=" " + seg.text) if segments and language not in ("ja", "zh")
+                                   else seg)
+                    segments.append(seg)
+                if on_progress is not None:
+                    on_progress(end / SAMPLE_RATE, duration)
+        official = join_texts(texts, language) if found is not None else (texts[0] if texts else "")
         return Transcript(official.lstrip(), segments, language, duration, generated, finish)
 
     def transcribe_clips(self, audio: np.ndarray, clips: list[tuple[int, int]],

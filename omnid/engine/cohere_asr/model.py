@@ -232,24 +232,60 @@ class CohereAsr:
                  check: Callable[[], None] = lambda: None) -> Generation:
         """Greedy tokens after the prompt: until the end token or ``budget`` new tokens (the end token counted, as
         transformers' max_new_tokens counts it), held to the position table."""
+        return self.generate_together([encoded], prompt, budget, check)[0]
+
+    def generate_together(self, encoded: list[mx.array], prompt: list[int], budget: int,
+                          check: Callable[[], None] = lambda: None) -> list[Generation]:
+        """``generate`` for several inputs (a long clip's chunks): each input's prompt through the MLX decoder, then,
+        on MLX's CPU device, the live inputs' tokens stepped together through the numpy step (a step reads the
+        weights once for all of them, as the official code batches its chunks); a row's products then run with the
+        others' (its sums in another order: the tests hold every chunk's tokens to transformers'). Elsewhere one
+        input after another through the MLX decoder."""
         budget = min(budget, self.dims.decoder.positions - len(prompt))
+        if budget <= 0:
+            return [Generation([], "length") for _ in encoded]
+        step = self.cpu_step
+        if step is None:
+            return [self._generate_mlx(e, prompt, budget, check) for e in encoded]
+        rows, next_tokens = [], []
+        for e in encoded:
+            check()
+            caches = self.decoder.caches(e)
+            next_tokens.append(int(np.array(mx.argmax(self.decoder.logits(prompt, 0, caches)))))
+            rows.append(step.row([(c.keys, c.values) for c in caches], [(c.cross_keys, c.cross_values) for c in caches]))
+        tokens: list[list[int]] = [[] for _ in encoded]
+        finish = ["" for _ in encoded]
+        while True:
+            live = []
+            for i, token in enumerate(next_tokens):
+                if finish[i]:
+                    continue
+                if token == self.eos:
+                    finish[i] = "stop"
+                    continue
+                tokens[i].append(token)
+                if len(tokens[i]) == budget:
+                    finish[i] = "length"
+                else:
+                    live.append(i)
+            if not live:
+                return [Generation(t, f) for t, f in zip(tokens, finish, strict=True)]
+            check()
+            logits = step.step([tokens[i][-1] for i in live], [rows[i] for i in live])
+            for i, row_logits in zip(live, logits, strict=True):
+                next_tokens[i] = int(np.argmax(row_logits))
+
+    def _generate_mlx(self, encoded: mx.array, prompt: list[int], budget: int,
+                      check: Callable[[], None]) -> Generation:
         caches = self.decoder.caches(encoded)
         tokens: list[int] = []
-        if budget <= 0:
-            return Generation(tokens, "length")
-        check()
-        token = int(np.array(mx.argmax(self.decoder.logits(prompt, 0, caches))))
-        step = self.cpu_step
-        row = step.row([(c.keys, c.values) for c in caches], [(c.cross_keys, c.cross_values) for c in caches]) \
-            if step is not None else None
-        while True:
+        ids, first = prompt, 0
+        while len(tokens) < budget:
+            check()
+            token = int(np.array(mx.argmax(self.decoder.logits(ids, first, caches))))
             if token == self.eos:
                 return Generation(tokens, "stop")
             tokens.append(token)
-            if len(tokens) == budget:
-                return Generation(tokens, "length")
-            check()
-            if step is not None and row is not None:
-                token = int(np.argmax(step.step([token], [row])[0]))
-            else:
-                token = int(np.array(mx.argmax(self.decoder.logits([token], len(prompt) + len(tokens) - 1, caches))))
+            first += len(ids)
+            ids = [token]
+        return Generation(tokens, "length")

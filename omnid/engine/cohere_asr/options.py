@@ -15,6 +15,9 @@ class CohereOptions(KindSettings):
     language: str = ""
     punctuation: bool = True  # the prompt's <|pnc|> (else <|nopnc|>), where a request does not say
     max_new_tokens: int = 256  # each chunk's budget where a request names none (the model card's)
+    # A long clip's chunks decoded at once on the CPU (each step reads the decoder's weights once for all of them);
+    # each holds its cross-attention keys and values meanwhile (about 25 MB per 35 s chunk at the real sizes).
+    chunks_together: int = 8
     preview_max_new_tokens: int = 64  # a live preview's budget
     stream_unfixed_decodes: int = 2  # live previews: the first decodes of a segment have no forced prefix,
     stream_rollback_tokens: int = 5  # then the previous decode minus its last tokens is forced
@@ -29,5 +32,7 @@ class CohereOptions(KindSettings):
                              f"{self.language[:64]!r}")
         if not 1 <= self.max_new_tokens <= 1014 or not 1 <= self.preview_max_new_tokens <= 1014:
             raise ValueError("cohere_asr.max_new_tokens and preview_max_new_tokens must be in [1, 1014]")
+        if not 1 <= self.chunks_together <= 64:
+            raise ValueError("cohere_asr.chunks_together must be in [1, 64]")
         if self.stream_unfixed_decodes < 0 or self.stream_rollback_tokens < 0:
             raise ValueError("cohere_asr.stream_unfixed_decodes and stream_rollback_tokens must not be negative")
