@@ -6,9 +6,10 @@ Audio up to 30 s (the 35 s window less its 5 s search) is one input. Longer audi
 ``start + 30 s`` (those starting before the search span's last 1600 samples), the first window whose RMS (in float32)
 is strictly the lowest wins, and the cut is its start; the rest of the audio, once no longer than 35 s, is the last
 chunk. So 30 to 35 s takes the chunk path as one chunk. Every chunk is encoded alone (the official code batches
-them, padded and masked: the same result) and decoded with up to ``chunks_together`` others (engine.py). Nothing is cut at a model limit: the official code has no other
-window (the encoder's relative positions cover any length, and the decoder's 1024 positions bound only the tokens),
-so no chunk is longer than 35 s and no audio is refused for its length.
+them, padded and masked: the same result) and decoded with up to ``chunks_together`` others (engine.py). Nothing
+is cut at a model limit: the official code has no other window (the encoder's relative positions cover any length,
+and the decoder's 1024 positions bound only the tokens), so no chunk is longer than 35 s and no audio is refused for
+its length.
 
 The chunk texts (each the official decode of prompt and tokens, with its leading space) are joined by dropping the
 empty ones, right-stripping the first and stripping the others, and joining with a space, or with nothing where the
