@@ -20,7 +20,7 @@ lint: setup
 
 test: lint
 	@scripts/setup-browser.sh
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q -n auto --maxprocesses 4
 
 bench: setup
 	.venv/bin/python bench/transcribe_speed.py

@@ -125,8 +125,17 @@ CHECKPOINT_CASES = ["config.json is not JSON", "truncated weights", "wrong-shape
                     ".nemo whose weights are no zip", "checkpoint path that does not exist"]
 
 
-@pytest.mark.parametrize("case", CHECKPOINT_CASES)
-@pytest.mark.parametrize("command", ["transcribe", "eval"])
+def each_case_and_each_command(commands: list[str], cases: list[str], full: str) -> list[tuple[str, str]]:
+    """Every case through ``full`` and every other command through one case, the cases dealt round robin: the error
+    is made by the loader (or the config reader) and written by the one failures.report every command ends in, so
+    each command is shown to reach it and each case to be told, in a fraction of the subprocesses."""
+    others = [c for c in commands if c != full]
+    return [(full, case) for case in cases] + [(c, cases[i % len(cases)]) for i, c in enumerate(others)]
+
+
+@pytest.mark.parametrize(("command", "case"),
+                         each_case_and_each_command(["transcribe", "eval"], CHECKPOINT_CASES, "transcribe")
+                         + [("eval", CHECKPOINT_CASES[-1])])
 def test_model_flag_on_a_broken_checkpoint_is_one_line(command, case, checkpoints):
     broken = checkpoints[case]
     args = [AUDIO, "-q"] if command == "transcribe" else ["--manifest", "tests/corpus", "--limit", "1"]
@@ -135,8 +144,8 @@ def test_model_flag_on_a_broken_checkpoint_is_one_line(command, case, checkpoint
     assert done.stdout == ""
 
 
-@pytest.mark.parametrize("case", CHECKPOINT_CASES)
-@pytest.mark.parametrize("command", ["transcribe", "eval", "serve"])
+@pytest.mark.parametrize(("command", "case"),
+                         each_case_and_each_command(["transcribe", "eval", "serve"], CHECKPOINT_CASES[::-1], "serve"))
 def test_a_configured_broken_checkpoint_is_one_line(command, case, checkpoints, tmp_path):
     """The same checkpoint as the configuration's default model: the command that loads it fails with its line."""
     broken = checkpoints[case]
@@ -203,8 +212,8 @@ CONFIG_COMMANDS = {
 }
 
 
-@pytest.mark.parametrize("case", ["unknown key", "wrong type", "not TOML", "unreadable", "missing"])
-@pytest.mark.parametrize("command", list(CONFIG_COMMANDS))
+@pytest.mark.parametrize(("command", "case"), each_case_and_each_command(
+    list(CONFIG_COMMANDS), ["unknown key", "wrong type", "not TOML", "unreadable", "missing"], "serve --supervised"))
 def test_a_broken_config_file_is_one_line_naming_file_and_key(command, case, tmp_path):
     path, names = bad_configs(tmp_path)[case]
     done = omnid(*CONFIG_COMMANDS[command], "--config", str(path))

@@ -138,6 +138,10 @@ async def test_a_manual_final_with_the_real_engine_is_the_offline_transcript(vad
     audio = clip_audio(CLIP)
     s, events = session(voxt.RULES, tiny, vad)
     await feed(s, audio, pace=0.1)  # real time: previews come while it is spoken
+    # however slow the machine (a preview can take longer than the clip on a loaded one), one comes before the commit
+    async with asyncio.timeout(60):
+        while not any(isinstance(e, de.Preview) for e in events):
+            await asyncio.sleep(0.05)
     assert await s.commit()
     text = await s.drain()
     assert text == tiny.engine.transcribe(audio, TranscribeOptions()).text
