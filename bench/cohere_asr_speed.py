@@ -39,15 +39,27 @@ Then, from the repository root:
     .venv/bin/python bench/cohere_asr_speed.py --runs 1 --inputs 30   # a first check
     .venv/bin/python bench/cohere_asr_speed.py --torch-python PY --work DIR
 
-Expected time (2 cores): ``--runs 3 --inputs 30`` took 237 s on a quiet machine. The 5 min input is ten chunks
-(omnid one after another, transformers one padded batch); the full sweep is estimated at 1-2 h (the 300 s part not
-yet measured).
+Expected time (2 cores): the full sweep (both inputs, --runs 3) took 1027 s on a quiet machine, ``--runs 3 --inputs
+30`` about 3-4 min. The 5 min input is ten chunks: omnid encodes them one by one and decodes up to
+``[cohere_asr] chunks_together`` (8) at once; transformers runs them as one padded batch.
 
-Measured (--runs 3 --inputs 30, quiet machine, load average 0.8-2.0; torch 2.13.0+cpu, 2 threads, MKL; mlx 0.32.4,
-OpenBLAS 0.3.21 SkylakeX, 2 threads; medians): omnid load 10.1 s, total 32.9 s (RTF 1.097), peak RSS 8610 MiB;
-transformers load 4.7 s, total 23.0 s (RTF 0.765), peak RSS 12438 MiB; 256 tokens in the one chunk on both sides:
-omnid 0.70x transformers' speed (issue 45's target, 1.5x, not met) at 0.69x its peak RSS. A first single run while a
-test suite shared the cores had shown 2.90x: contention, not a figure to quote.
+Measured (full sweep, 2026-12-07, quiet machine, load average 0.3-2.1; torch 2.13.0+cpu, 2 threads, MKL; mlx 0.32.4,
+OpenBLAS 0.3.21 SkylakeX, 2 threads; medians of 3; 256 tokens in every chunk on both sides):
+
+    side    input  load s  total s   RTF   peak RSS MiB
+    omnid    30 s     4.1     21.4  0.715          8225
+    torch    30 s     3.8     17.9  0.597         12443
+    omnid   300 s     4.5    160.7  0.536          8694
+    torch   300 s     3.0    111.5  0.372         14779
+
+omnid 0.84x transformers' speed at 30 s and 0.69x at 5 min (issue 45's target, 1.5x, not met), at 0.66x and 0.59x
+its peak RSS. Where the time goes (30 s, one process each, this VM): omnid's encoder 7.6-12.5 s (its products run
+at 177 GFLOPS, the BLAS's own ceiling here being 152-186 depending on rows) against torch's 8.5-9.6 s, and a decode
+step 23.6 ms (numpy, the weights streamed at 28 GB/s of the 31 this VM gives) against torch's ~39 ms on average
+over 256 tokens. Both sides compute the same float32 products on the same cores, so the encoder cannot be much
+faster than MKL's; at 5 min torch's one batch of ten chunks runs its products over ten times the rows, where omnid
+encodes chunk by chunk. An earlier version (MLX decode steps, numpy copies at load) measured 0.70x at 30 s with load
+10.1 s.
 """
 
 from __future__ import annotations
@@ -70,8 +82,8 @@ TORCH_PYTHON = Path(os.environ.get("OMNID_COHERE_REF_PYTHON", "/tmp/cohere-ref/b
 SECONDS = {"30": 30.0, "300": 300.0}
 SIDES = ("omnid", "torch")
 MAX_NEW_TOKENS = 256  # the model card's, and [cohere_asr] max_new_tokens' default
-EXPECTED = ("expected time on 2 cores: --runs 1 --inputs 30 about 6 min, --runs 3 --inputs 30 about 15-20 min, "
-            "the full sweep about 1.5-2.5 h")
+EXPECTED = ("expected time on 2 cores: --runs 1 --inputs 30 about 1-2 min, --runs 3 --inputs 30 about 3-4 min, "
+            "the full sweep about 17-20 min")
 sys.path.insert(0, str(ROOT))  # omnid from this checkout
 
 import omnid  # noqa: E402,F401  (OpenBLAS before mlx, in the parent and in every worker, as the daemon does)
@@ -95,14 +107,14 @@ def worker_omnid(work: Path, name: str) -> dict:
     engine = kind.load("cohere-bench", work / "checkpoint", {}, options)
     load_s = time.perf_counter() - started
     per_chunk: list[int] = []
-    decode_chunk = engine.decode_chunk
+    decode_chunks = engine.decode_chunks  # every chunk of a transcription goes through it (chunks_together at once)
 
     def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        gen = decode_chunk(*args, **kwargs)
-        per_chunk.append(len(gen.tokens))
-        return gen
+        gens = decode_chunks(*args, **kwargs)
+        per_chunk.extend(len(gen.tokens) for gen in gens)
+        return gens
 
-    engine.decode_chunk = counted
+    engine.decode_chunks = counted
     audio = np.load(work / f"audio_{name}s.npy")
     assert audio.dtype == np.float32, audio.dtype
     started = time.perf_counter()
