@@ -48,6 +48,13 @@ def test_bad_inputs_fail_clearly(tmp_path):
     assert out.returncode == 1 and "does not transcribe 'de'" in out.stderr
     out = omnid("transcribe", str(junk), "--temperature", "-1")
     assert out.returncode == 2 and "--temperature" in out.stderr
+    # Files that do not exist are told before any model is loaded: here the model's folder is missing too, and the
+    # only line is the file's.
+    nowhere = tmp_path / "nowhere"
+    out = omnid("transcribe", str(tmp_path / "gone.wav"), str(tmp_path), "--model", str(nowhere))
+    assert out.returncode == 1 and out.stdout == "", out.stderr
+    assert out.stderr.splitlines() == [f"omnid: {tmp_path / 'gone.wav'}: no such file: {tmp_path / 'gone.wav'}",
+                                       f"omnid: {tmp_path}: is a folder, not an audio file"], out.stderr
     bad_config = tmp_path / "bad.toml"
     bad_config.write_text("[engine]\nmax_queue = 0\n")
     out = omnid("transcribe", str(junk), "--config", str(bad_config))

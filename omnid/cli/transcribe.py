@@ -176,15 +176,18 @@ def model_options(runtime: EngineRuntime[TranscriptionEngine], args: argparse.Na
 
 async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
     values = check_values(args, config)
+    files = [path for path in args.files if _readable(path)]
+    if not files:  # nothing to transcribe: no model is loaded for it
+        return 1
     runtime = await start_model(config, args.model, args.aligner, args.revision)
     try:
         opts = model_options(runtime, args, values, config)
     except ConfigError:
         close(runtime)
         raise
-    failures = 0
+    failures = len(args.files) - len(files)
     try:
-        for path in args.files:
+        for path in files:
             try:
                 text = await _transcribe_file(runtime, path, opts, args)
             except AudioDecodeError as exc:
@@ -202,6 +205,15 @@ async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
     finally:
         close(runtime)
     return 1 if failures else 0
+
+
+def _readable(path: Path) -> bool:
+    """A file that exists, else its one line (as a file that fails to decode gets) before any model is loaded."""
+    if path.is_file():
+        return True
+    print(f"omnid: {path}: {'is a folder, not an audio file' if path.is_dir() else f'no such file: {path}'}",
+          file=sys.stderr)
+    return False
 
 
 async def _transcribe_file(runtime: EngineRuntime[TranscriptionEngine], path: Path, opts: TranscribeOptions,
