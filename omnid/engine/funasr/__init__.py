@@ -1,0 +1,2 @@
+"""What Alibaba FunASR's models (SenseVoice, Fun-ASR-Nano) share: the Kaldi-style filterbank front end with its frame
+stacking and normalisation."""
