@@ -39,8 +39,9 @@ RANK = {name: len(LAYERS) - i for i, name in enumerate(LAYERS)}
 NAMES = {part: name for name, parts in LAYERS.items() for part in parts}
 
 # Packages under omnid/engine/ that are no kind: what several kinds share (NeMo's formats and layers; the Qwen3
-# audio-language network that Qwen3-ASR and Qwen3-ForcedAligner both are).
-SHARED_ENGINE_PACKAGES = frozenset({"nemo", "qwen3"})
+# audio-language network that Qwen3-ASR and Qwen3-ForcedAligner both are; FunASR's front end and SAN-M encoder,
+# for SenseVoice and Fun-ASR-Nano).
+SHARED_ENGINE_PACKAGES = frozenset({"nemo", "qwen3", "funasr"})
 # The one module that collects every kind's descriptor (and so imports every kind).
 KIND_COLLECTION = "omnid.engine.kinds"
 
