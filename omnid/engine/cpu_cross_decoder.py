@@ -58,11 +58,6 @@ class Row:
     cross: list[tuple[np.ndarray, np.ndarray]]  # views that keep their MLX arrays alive
 
 
-def relu_rows(x: np.ndarray) -> np.ndarray:
-    """ReLU in place."""
-    return np.maximum(x, 0.0, out=x)
-
-
 @dataclass(frozen=True)
 class CpuCrossDecoder:
     """The step (see the module docstring). ``embedding`` (vocabulary, state) and ``positions`` (table, state) are

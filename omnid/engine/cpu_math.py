@@ -436,7 +436,7 @@ def separable_conv2d_stride2_relu(x: np.ndarray, depthwise: tuple[np.ndarray, np
             result = out[first:last].reshape(-1, pw_weight.shape[1])
             np.matmul(rows.reshape(-1, c), pw_weight, out=result)
             result += pw_bias
-            np.maximum(result, 0.0, out=result)
+            relu_rows(result)
 
     by_rows(part, t_out)
     return out
@@ -474,7 +474,7 @@ def conv2d_stride2_relu(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> 
             rows = out[1 + first : 1 + last, 1:-1]
             np.matmul(patches, taps, out=rows)
             rows += bias
-            np.maximum(rows, 0.0, out=rows)
+            relu_rows(rows)
 
     by_rows(part, t_out)
     return out
@@ -642,6 +642,11 @@ def layer_norm_rows(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: fl
     x *= weight
     x += bias
     return x
+
+
+def relu_rows(x: np.ndarray) -> np.ndarray:
+    """ReLU in place."""
+    return np.maximum(x, 0.0, out=x)
 
 
 def silu_rows(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cohere_asr.checkpoint import Checkpoint, DecoderDims
-from omnid.engine.cpu_cross_decoder import CpuCrossDecoder, CrossLayer, relu_rows
+from omnid.engine.cpu_cross_decoder import CpuCrossDecoder, CrossLayer
+from omnid.engine.cpu_math import relu_rows
 from omnid.engine.nemo.fastconformer import FastConformer
 from omnid.engine.nemo.features import log_mel
 from omnid.engine.nemo.mlx_folder import load_module
@@ -208,14 +210,11 @@ class CohereAsr:
         load_module(self.encoder, w, "encoder.", ckpt.quantized)
         self.decoder = Decoder(ckpt.dims.decoder, ckpt.dims.conformer.d_model, "encoder_decoder_proj.weight" in w)
         load_module(self.decoder, w, "", ckpt.quantized)
-        self._cpu_step: CpuCrossDecoder | None = None
 
-    @property
+    @cached_property
     def cpu_step(self) -> CpuCrossDecoder | None:
-        """The decoder's numpy step on MLX's CPU device (built once), else None."""
-        if self._cpu_step is None:
-            self._cpu_step = self.decoder.cpu_step()
-        return self._cpu_step
+        """The decoder's numpy step on MLX's CPU device, else None (decided once, at the first decode)."""
+        return self.decoder.cpu_step()
 
     def features(self, audio: np.ndarray) -> np.ndarray:
         """16 kHz mono float32 -> (n // 160, 128): the valid frames, normalised per feature over them."""

@@ -18,7 +18,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from omnid.engine.cpu_math import glu_depthwise_silu, relative_attention_np, silu_rows
+from omnid.engine.cpu_math import glu_depthwise_silu, relative_attention_np, relu_rows, silu_rows
 from omnid.engine.numpy_layers import Linear, Norm, as_numpy, blocks, scratch
 
 
@@ -156,7 +156,7 @@ def linear(x: np.ndarray, layer: nn.Module, relu: bool = False) -> np.ndarray:
     def block(start: int, stop: int) -> None:
         proj(rows[start:stop], out[start:stop])
         if relu:
-            np.maximum(out[start:stop], 0.0, out=out[start:stop])
+            relu_rows(out[start:stop])
 
     blocks(block, len(rows))
     return out.reshape(*x.shape[:-1], -1)
