@@ -53,13 +53,9 @@ OpenBLAS 0.3.21 SkylakeX, 2 threads; medians of 3; 256 tokens in every chunk on 
     torch   300 s     3.0    111.5  0.372         14779
 
 omnid 0.84x transformers' speed at 30 s and 0.69x at 5 min (issue 45's target, 1.5x, not met), at 0.66x and 0.59x
-its peak RSS. Where the time goes (30 s, one process each, this VM): omnid's encoder 7.6-12.5 s (its products run
-at 177 GFLOPS, the BLAS's own ceiling here being 152-186 depending on rows) against torch's 8.5-9.6 s, and a decode
-step 23.6 ms (numpy, the weights streamed at 28 GB/s of the 31 this VM gives) against torch's ~39 ms on average
-over 256 tokens. Both sides compute the same float32 products on the same cores, so the encoder cannot be much
-faster than MKL's; at 5 min torch's one batch of ten chunks runs its products over ten times the rows, where omnid
-encodes chunk by chunk. An earlier version (MLX decode steps, numpy copies at load) measured 0.70x at 30 s with load
-10.1 s.
+its peak RSS. The bench does not split the time by stage; one-off profiling (not this bench's output) found
+omnid's encoder products near this VM's BLAS ceiling, as MKL's are, and its decode step quicker than torch's.
+An earlier version (MLX decode steps, numpy copies at load) measured 0.70x at 30 s with load 10.1 s.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ how a token is embedded, the feed-forward's activation and the head.
 
 A decode step is single rows through every layer: on a CPU its time is not arithmetic but overhead and memory. MLX
 builds and dispatches a graph of ~150 operations to its CPU stream for each token (Whisper tiny.en: 12.5 ms before
-the vocabulary projection; Cohere's 8 x 1024 decoder: about 70 ms a token), where numpy calls the same BLAS and
-element-wise loops directly, and the BLAS's matrix-vector products stream the weights at the memory's speed.
+the vocabulary projection; Cohere's 8 x 1024 decoder: several times the numpy step, in a one-off profile), where
+numpy calls the same BLAS and element-wise loops directly, and the BLAS's matrix-vector products stream the weights
+at the memory's speed.
 
 Each sequence keeps its own caches (``Row``): self-attention keys and values in buffers of the position table's
 length, filled as it goes, and its cross-attention keys and values as numpy views of MLX arrays. Attention runs row

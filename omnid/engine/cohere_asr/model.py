@@ -12,8 +12,8 @@ Module names are mlx-audio's, so that a converted folder's weights load as they 
 
 On MLX's CPU device the prompt runs through the MLX decoder and every later token through the shared numpy step
 (engine/cpu_cross_decoder.py, on views of the same weights): a token reads the decoder's 540 MB of float32 weights,
-which numpy's BLAS streams at the memory's speed where MLX spent about 70 ms a token on this project's 2-core VM
-(bench/cohere_asr_speed.py). Metal, and modules kept packed, keep the MLX decoder.
+which numpy's BLAS streams nearer the memory's speed than MLX's per-token graph (a one-off profile on this project's
+2-core VM; bench/cohere_asr_speed.py measures the whole). Metal, and modules kept packed, keep the MLX decoder.
 """
 
 from __future__ import annotations
