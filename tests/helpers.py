@@ -288,3 +288,19 @@ def nemo_goldens(folder: Path) -> tuple[Callable[[], dict], Callable[[], dict[st
 def ends_within(out: np.ndarray, first: np.ndarray, last: np.ndarray, bound: float) -> bool:
     """``out``'s first and last rows within ``bound`` of a golden's stored ends (the goldens keep only those)."""
     return bool(np.abs(out[: len(first)] - first).max() <= bound and np.abs(out[-len(last) :] - last).max() <= bound)
+
+
+SENSEVOICE = ROOT / "tests" / "goldens" / "sensevoice_tiny"
+
+
+def sensevoice_goldens() -> dict:
+    """scripts/sensevoice_goldens.py's goldens.json, with ``dir`` (the folder it is in)."""
+    return {**json.loads((SENSEVOICE / "goldens.json").read_text()), "dir": str(SENSEVOICE)}
+
+
+def unpack_sensevoice(dest: Path) -> Path:
+    """The tiny SenseVoice checkpoint (kept packed: its zero rows and filler pieces pack from 2 MB to 64 kB),
+    unpacked under ``dest``: the folder funasr read, byte for byte."""
+    with tarfile.open(SENSEVOICE / "SenseVoiceSmall.tar.xz") as tar:
+        tar.extractall(dest, filter="data")
+    return dest / "SenseVoiceSmall"

@@ -15,13 +15,14 @@ from omnid.engine.nemotron.kind import KIND as NEMOTRON
 from omnid.engine.parakeet.kind import KIND as PARAKEET
 from omnid.engine.qwen3_aligner.kind import KIND as QWEN3_ALIGNER
 from omnid.engine.qwen3_asr.kind import KIND as QWEN3_ASR
+from omnid.engine.sensevoice.kind import KIND as SENSEVOICE
 from omnid.engine.sortformer.kind import KIND as SORTFORMER
 from omnid.engine.whisper.kind import KIND as WHISPER
 
 # In the order messages and the configuration reference list them. The first is a model's kind where its
 # [[models]] entry names none.
-KINDS: tuple[KindDescriptor[Any], ...] = (WHISPER, QWEN3_ASR, PARAKEET, NEMOTRON, COHERE_ASR, SORTFORMER,
-                                         QWEN3_ALIGNER)
+KINDS: tuple[KindDescriptor[Any], ...] = (WHISPER, QWEN3_ASR, PARAKEET, NEMOTRON, COHERE_ASR, SENSEVOICE,
+                                         SORTFORMER, QWEN3_ALIGNER)
 DEFAULT = KINDS[0]
 NAMES = tuple(k.name for k in KINDS)
 _BY_NAME = {k.name: k for k in KINDS}

@@ -32,3 +32,6 @@ class TranscribeOptions:
     # A model with a punctuation switch (Capabilities.punctuation): True or False as the request asks; None: the
     # model's configured default. Other models never see anything but None (the request rules refuse it).
     punctuation: bool | None = None
+    # A model with inverse text normalisation (Capabilities.itn: SenseVoice's use_itn): True or False as the request
+    # asks; None: the model's configured default.
+    itn: bool | None = None

@@ -28,6 +28,8 @@ class Segment:
     no_speech_prob: float
     words: list[Word] | None = None
     language: str | None = None  # the language detected in this part of the audio, where the engine tells
+    emotion: str | None = None  # the speaker's emotion the model heard, where it tells (SenseVoice)
+    events: tuple[str, ...] | None = None  # the audio events the model heard (laughter, applause...), where it tells
 
 
 @dataclass(frozen=True)

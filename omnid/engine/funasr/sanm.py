@@ -127,3 +127,22 @@ def mlx_weights(state: dict[str, np.ndarray], prefix: str = "encoder.") -> list[
             t = t[:, 0, :]
         out.append((ours, mx.array(np.asarray(t, np.float32))))
     return out
+
+
+def shapes(d: SanmDims, prefix: str = "encoder.") -> dict[str, tuple[int, ...]]:
+    """Every tensor of funasr's encoder state dict under ``prefix``, with its PyTorch shape."""
+    out: dict[str, tuple[int, ...]] = {}
+    layers = [("encoders0.0", d.input_size)] + [(f"encoders.{i}", d.d_model) for i in range(d.blocks - 1)]
+    layers += [(f"tp_encoders.{i}", d.d_model) for i in range(d.tp_blocks)]
+    for name, width in layers:
+        p = f"{prefix}{name}."
+        out |= {p + "self_attn.linear_q_k_v.weight": (3 * d.d_model, width), p + "self_attn.linear_q_k_v.bias": (3 * d.d_model,),
+                p + "self_attn.linear_out.weight": (d.d_model, d.d_model), p + "self_attn.linear_out.bias": (d.d_model,),
+                p + "self_attn.fsmn_block.weight": (d.d_model, 1, d.kernel),
+                p + "feed_forward.w_1.weight": (d.ffn, d.d_model), p + "feed_forward.w_1.bias": (d.ffn,),
+                p + "feed_forward.w_2.weight": (d.d_model, d.ffn), p + "feed_forward.w_2.bias": (d.d_model,),
+                p + "norm1.weight": (width,), p + "norm1.bias": (width,), p + "norm2.weight": (d.d_model,),
+                p + "norm2.bias": (d.d_model,)}
+    for norm in ("after_norm", "tp_norm"):
+        out |= {f"{prefix}{norm}.weight": (d.d_model,), f"{prefix}{norm}.bias": (d.d_model,)}
+    return out

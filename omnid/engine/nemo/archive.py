@@ -20,6 +20,7 @@ import numpy as np
 from omnid.engine.errors import CheckpointError
 from omnid.engine.nemo.features import FrontEnd
 from omnid.engine.nemo.torch_zip import read_state_dict
+from omnid.engine.yaml_file import MAX_CONFIG_BYTES, parse_yaml
 
 # A kind's own small artifacts (a tokenizer) are at most this large.
 MAX_ARTIFACT_BYTES = 16 << 20
@@ -104,7 +105,6 @@ def getter(source: Path | str) -> Callable[[dict, str, type], Any]:
 
 # A .nemo holds a config, the weights and perhaps a few artifacts; a config is a few kilobytes.
 MAX_MEMBERS = 256
-MAX_CONFIG_BYTES = 1 << 20
 
 
 def members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarInfo]:
@@ -120,28 +120,13 @@ def members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarInfo]:
 
 
 def read_yaml(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> dict:
-    """model_config.yaml as plain data: small, and without YAML aliases (a few lines of them expand to billions
-    of nodes; NeMo never writes one)."""
-    import yaml
-
-    class NoAliases(yaml.SafeLoader):
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                raise CheckpointError(f"{path}:model_config.yaml: YAML aliases are not accepted")
-            return super().compose_node(parent, index)
-
+    """model_config.yaml as plain data (engine/yaml_file.py: small, without YAML aliases)."""
+    source = f"{path}:model_config.yaml"
     if member.size > MAX_CONFIG_BYTES:
-        raise CheckpointError(f"{path}:model_config.yaml is {member.size} bytes; a config is at most {MAX_CONFIG_BYTES}")
+        raise CheckpointError(f"{source} is {member.size} bytes; a config is at most {MAX_CONFIG_BYTES}")
     file = tar.extractfile(member)
     assert file is not None
-    try:
-        config = yaml.load(file.read(), Loader=NoAliases)  # noqa: S506  (a SafeLoader: plain data only)
-    except (yaml.YAMLError, RecursionError, ValueError) as exc:
-        raise CheckpointError(f"{path}:model_config.yaml: cannot read: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path}:model_config.yaml is not a mapping")
-    return config
-
+    return parse_yaml(file.read(), source)
 
 
 _INTERPOLATION = re.compile(r"\$\{([^}]+)\}")

@@ -1,0 +1,174 @@
+"""SenseVoice Small as a transcription engine: each clip (the whole audio up to ``max_clip_s``; longer audio comes
+as the speech clips the daemon's VAD found, or is cut at ``max_clip_s``) decoded as funasr's ``inference`` decodes
+one input, its tags read into the segment's language, emotion and events, its text funasr's rich post-processing
+(plain, or with emoji where configured).
+
+Options: a request's language picks the language query (funasr's languages: zh, en, yue, ja, ko; any other is
+"auto", as funasr maps it, and the model writes the language it heard); ``itn`` (a request's ``use_itn``, else the
+section's) the text-normalisation query; ``ban_emo_unk`` from the section.
+
+Times: a segment spans its clip. Token times come from the greedy CTC runs (each token's first and last output
+frame, 60 ms a frame, as funasr's timestamps count them: (frame x 60 - 30) ms); a word's span is its tokens'.
+funasr times tokens by a forced alignment of the decoded text instead; greedy runs give the same frames wherever
+the decode has no repeats merged across a blank-free run, and are what a greedy decoder honestly knows.
+
+Synchronous and thread-confined: only the engine's worker thread calls into it (see runtime/scheduler.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import structlog
+
+from omnid.audio import SAMPLE_RATE
+from omnid.engine.interface import Capabilities, Hypothesis
+from omnid.engine.nemo.tokenizer import SPACE
+from omnid.engine.options import TranscribeOptions
+from omnid.engine.sensevoice.checkpoint import load
+from omnid.engine.sensevoice.model import FRAME_S, LANGUAGE_ROWS, Decoded, SenseVoice
+from omnid.engine.sensevoice.options import SenseVoiceOptions
+from omnid.engine.sensevoice.tags import Tagged, rich_text
+from omnid.engine.transcript import Segment, Transcript, Word, after_prefix
+
+log = structlog.get_logger(__name__)
+Check = Callable[[], None]
+LANGUAGES = tuple(code for code in LANGUAGE_ROWS if code not in ("auto", "nospeech"))
+HOP = 160
+MAX_TOKENS = 4096  # what a request's max_new_tokens is held to (CTC has no token budget)
+
+
+class SenseVoiceEngine:
+    kind = "sensevoice"
+
+    def __init__(self, model_id: str, path: Path, pins: Mapping[str, str] | None = None,
+                 options: SenseVoiceOptions = SenseVoiceOptions()):
+        self.model_id, self.options = model_id, options
+        started = time.perf_counter()
+        ckpt = load(Path(path), dict(pins) if pins else None)
+        self.model = SenseVoice(ckpt.dims)
+        self.model.load_weights(ckpt.weights, strict=True)
+        mx.eval(self.model.parameters())
+        self.vocabulary, self.front, self.layout = ckpt.vocabulary, ckpt.front, ckpt.layout
+        self.load_seconds = time.perf_counter() - started
+        log.info("engine_loaded", model=model_id, kind=self.kind, layout=self.layout,
+                 seconds=round(self.load_seconds, 3))
+
+    @property
+    def capabilities(self) -> Capabilities:
+        # Non-autoregressive CTC: greedy, no prompt, no budget; a language it does not know decodes as "auto".
+        return Capabilities(languages=LANGUAGES, prompt=False, word_timestamps=False, timestamps=False,
+                            max_new_tokens=MAX_TOKENS, streaming="redecode", temperature=False)
+
+    def prompt_tokens(self, prompt: str | None) -> tuple[int, ...]:
+        return ()
+
+    # --- the model, step by step (also what the parity tests call) -------------------------------------------------
+
+    def language(self, opts: TranscribeOptions) -> str:
+        """The language query's name: the request's where funasr has it, else "auto"."""
+        return opts.language if opts.language in LANGUAGE_ROWS else "auto"
+
+    def itn(self, opts: TranscribeOptions) -> bool:
+        return self.options.use_itn if opts.itn is None else opts.itn
+
+    def decode(self, audio: np.ndarray, language: str = "auto", itn: bool = False,
+               ban_emo_unk: bool = False) -> Decoded:
+        """One input as funasr's inference decodes it: the ids its tokenizer decodes, with their frames."""
+        features = self.front.features(np.asarray(audio, np.float32))
+        encoded = self.model.encode(features, language, itn)
+        return self.model.greedy(encoded, ban_emo_unk)
+
+    def raw_text(self, ids: tuple[int, ...] | list[int]) -> str:
+        """funasr's text of the ids (SentencePiece's decoding: tags verbatim)."""
+        return self.vocabulary.piece_text(list(ids))
+
+    # --- transcription ---------------------------------------------------------------------------------------------
+
+    def _clip(self, audio: np.ndarray, first: int, opts: TranscribeOptions, seg_id: int,
+              check: Check) -> tuple[Segment | None, str, int]:
+        """One clip (starting at sample ``first`` of the file) -> its segment (None when it says nothing), its
+        text and its token count."""
+        check()
+        decoded = self.decode(audio, self.language(opts), self.itn(opts), self.options.ban_emo_unk)
+        raw = self.raw_text(decoded.ids)
+        text = rich_text(raw, self.options.emoji)
+        tags = Tagged.of(raw)
+        start, end = first / SAMPLE_RATE, (first + len(audio)) / SAMPLE_RATE
+        if not text:
+            return None, "", len(decoded.ids)
+        words = self._words(decoded, start, end) if opts.word_timestamps else None
+        seg = Segment(seg_id, first // HOP, start, end, text, list(decoded.ids), 0.0, 0.0, 0.0, 0.0, words,
+                      tags.language, emotion=tags.emotion, events=tags.events)
+        return seg, text, len(decoded.ids)
+
+    def _words(self, decoded: Decoded, start: float, end: float) -> list[Word]:
+        """Words from the greedy runs of their tokens (tags skipped): a word starts at a piece with ``▁``."""
+        words: list[Word] = []
+        for i, first, last in zip(decoded.ids, decoded.first, decoded.last, strict=True):
+            piece = self.vocabulary.pieces[i]
+            if first < 0 or piece.startswith("<|"):
+                continue
+            t0 = min(end, start + max(first * FRAME_S - FRAME_S / 2, 0.0))
+            t1 = min(end, start + max((last + 1) * FRAME_S - FRAME_S / 2, 0.0))
+            if piece.startswith(SPACE) or not words:
+                words.append(Word(piece.replace(SPACE, " ").strip(), t0, t1, 1.0))
+            else:
+                w = words[-1]
+                words[-1] = Word(w.word + piece.replace(SPACE, " "), w.start, t1, 1.0)
+        return [w for w in words if w.word]
+
+    def _spans(self, length: int) -> list[tuple[int, int]]:
+        """Audio past max_clip_s with no clips given: cut at max_clip_s (the daemon's VAD cuts it better)."""
+        step = max(1, int(self.options.max_clip_s * SAMPLE_RATE))
+        return [(a, min(a + step, length)) for a in range(0, max(length, 1), step)]
+
+    def transcribe(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
+                   on_segment: Callable[[Segment], None] | None = None,
+                   on_progress: Callable[[float, float], None] | None = None) -> Transcript:
+        """16 kHz mono float32 -> transcript: one decode up to max_clip_s, else one per max_clip_s."""
+        return self.transcribe_clips(np.asarray(audio, np.float32), self._spans(len(audio)), opts, check, on_segment,
+                                     on_progress)
+
+    def transcribe_clips(self, audio: np.ndarray, clips: list[tuple[int, int]],
+                         opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
+                         on_segment: Callable[[Segment], None] | None = None,
+                         on_progress: Callable[[float, float], None] | None = None) -> Transcript:
+        """Only the given sample spans (the speech a VAD found), each decoded on its own (those past max_clip_s cut
+        at it), on the file's timeline; their texts joined with a space, as funasr joins its VAD segments."""
+        duration = len(audio) / SAMPLE_RATE
+        step = max(1, int(self.options.max_clip_s * SAMPLE_RATE))
+        segments: list[Segment] = []
+        texts: list[str] = []
+        generated = 0
+        for first, last in clips:
+            for a in range(first, last, step):
+                b = min(a + step, last)
+                seg, text, count = self._clip(audio[a:b], a, opts, len(segments), check)
+                generated += count
+                if seg is not None:
+                    texts.append(text)
+                    if on_segment is not None:
+                        on_segment(replace(seg, text=" " + seg.text) if segments else seg)
+                    segments.append(seg)
+                if on_progress is not None:
+                    on_progress(b / SAMPLE_RATE, duration)
+        language = next((s.language for s in segments if s.language), None) or opts.language or ""
+        return Transcript(" ".join(texts), segments, language, duration, generated, "stop")
+
+    def preview(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), prefix: str = "",
+                check: Check = lambda: None) -> str:
+        """The clip's text; with ``prefix`` (words a realtime final has already sent) a text that starts with it."""
+        return after_prefix(self.transcribe(audio, opts, check).text, prefix)
+
+    def redecode(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
+                 check: Check = lambda: None, final: bool = False) -> Hypothesis:
+        """A live preview: the whole open segment decoded again (one encoder pass, no autoregression)."""
+        transcript = self.transcribe(audio, opts, check)
+        return Hypothesis(text=transcript.text, raw=transcript.text, decodes=(previous.decodes if previous else 0) + 1,
+                          language=transcript.language or None)
