@@ -42,6 +42,8 @@ class SegmentJson(msgspec.Struct, omit_defaults=True):
     compression_ratio: float
     no_speech_prob: float
     language: str | None = None  # the language detected in this segment, where the engine tells (Qwen3-ASR chunks)
+    emotion: str | None = None  # the emotion the model heard, where it tells (SenseVoice)
+    events: list[str] | None = None  # the audio events it heard (speech, laughter, applause...), where it tells
     speaker: str | None = None  # with diarize=true
 
 
@@ -102,8 +104,10 @@ def render(transcript: Transcript, fmt: str, task: str = "transcribe", words: bo
 
 
 def _verbose(transcript: Transcript, task: str, words: bool, speakers: Speakers | None) -> VerboseJson:
-    segments = [SegmentJson(**{f: getattr(s, f) for f in SegmentJson.__struct_fields__ if f not in ("language", "speaker")},
+    own = ("language", "speaker", "events")
+    segments = [SegmentJson(**{f: getattr(s, f) for f in SegmentJson.__struct_fields__ if f not in own},
                             language=LANGUAGES.get(s.language, s.language) if s.language else None,
+                            events=list(s.events) if s.events is not None else None,
                             speaker=speakers.segments[i] if speakers else None)
                 for i, s in enumerate(transcript.segments)]
     word_list = None

@@ -38,7 +38,8 @@ VAD_FILTER_THRESHOLD = 0.5  # Silero's own default
 # The fields the route reads (docs/wire-protocol.md): OpenAI's it honours, then the reference servers' and omnid's.
 FIELDS = ("model", "language", "prompt", "response_format", "temperature", "timestamp_granularities[]", "stream",
           "timestamp_granularities", "max_new_tokens", "vad_filter", "diarize", "include_generation_metadata",
-          "stop_at_end_of_text", "stop_on_token_loop", "audio_layout", "punctuation", "use_punctuation")
+          "stop_at_end_of_text", "stop_on_token_loop", "audio_layout", "punctuation", "use_punctuation",
+          "use_itn")
 # OpenAI's documented request fields that omnid cannot honour: taken and ignored, as docs/wire-protocol.md lists
 # them ("OpenAI fields omnid ignores"). Arrays as the SDKs send them (name[]) or bare; chunking_strategy as a
 # string, or as the SDKs flatten its object.
@@ -117,6 +118,7 @@ def parse(form: Form, services) -> Request:
     switch = "punctuation" if form.get("punctuation") is not None or form.get("use_punctuation") is None \
         else "use_punctuation"
     punctuation = rules.punctuation(rules.flag(switch, form.get(switch)), can, runtime.name, switch)
+    itn = rules.itn(rules.flag("use_itn", form.get("use_itn")), can, runtime.name)
     vad_filter = flag(form, "vad_filter") if form.get("vad_filter") is not None else limits.vad_filter
     stream = flag(form, "stream")
     metadata = flag(form, "include_generation_metadata")
@@ -144,6 +146,7 @@ def parse(form: Form, services) -> Request:
         timed=runtime.aligner is not None and not stream and (fmt in (*rules.TIMED_FORMATS, "verbose_json")
                                                                or diarizer is not None),
         punctuation=punctuation,
+        itn=itn,
     )
     return Request(runtime, options, fmt, stream, metadata, vad_filter, form.file, "word" in grans, diarizer)
 
@@ -195,7 +198,11 @@ async def handle(request: web.Request, services) -> web.StreamResponse:
     started = time.perf_counter()
     transcript = None
     try:
-        speech = await _speech(audio, services) if req.vad_filter else None
+        t = config.transcription
+        speech = await transcription.model_clips(req.runtime, services.vad, audio, t.vad_filter_pad_s,
+                                                 VAD_FILTER_THRESHOLD)
+        if speech is None and req.vad_filter:
+            speech = await _speech(audio, services)
         if req.stream:
             return await _stream(request, req, audio, speech, config.server.sse_heartbeat_s)
         if req.diarizer is not None:

@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--punctuation", action=argparse.BooleanOptionalAction, default=None,
                    help="with a model that has the switch (Cohere Transcribe): punctuated and cased text, or not "
                         "(default: the model's configured default)")
+    t.add_argument("--use-itn", dest="itn", action=argparse.BooleanOptionalAction, default=None,
+                   help="with a model that has the switch (SenseVoice): inverse text normalisation (numbers as "
+                        "digits, punctuation), or not (default: the model's configured default)")
     t.add_argument("--aligner", help="a Qwen3-ForcedAligner (configured id or checkpoint folder) to time a Qwen3-ASR "
                                      "model's transcript (srt, vtt, verbose_json, --word-timestamps)")
     t.add_argument("--output-dir", "-o", type=Path, help="write FILE.<ext> there instead of printing")

@@ -23,9 +23,10 @@ from omnid.formats import EXTENSIONS, render
 from omnid.runtime import request_rules as rules
 from omnid.runtime import transcription
 from omnid.runtime.catalog import ModelCatalog, NotTranscription, UnknownModel
-from omnid.runtime.models import transcribe_options, transcriber_runtime
+from omnid.runtime.models import transcribe_options, transcriber_runtime, vad_runtime
 from omnid.runtime.request_rules import RuleError
 from omnid.runtime.scheduler import EngineRuntime
+from omnid.vad.silero import SileroVAD
 
 
 def folder_model(folder: Path) -> ModelConfig:
@@ -159,6 +160,7 @@ def model_options(runtime: EngineRuntime[TranscriptionEngine], args: argparse.Na
         rules.response_format(args.format, can, model, "format")
         language = rules.language(args.language, can, model)
         punctuation = rules.punctuation(args.punctuation, can, model)
+        itn = rules.itn(args.itn, can, model, "use_itn")
     if language.instead:
         print(f"omnid: --language: {language.instead}", file=sys.stderr)
     return transcribe_options(
@@ -171,6 +173,7 @@ def model_options(runtime: EngineRuntime[TranscriptionEngine], args: argparse.Na
         word_timestamps=args.word_timestamps,
         timed=runtime.aligner is not None and (args.format in (*rules.TIMED_FORMATS, "verbose_json") or args.word_timestamps),
         punctuation=punctuation,
+        itn=itn,
     )
 
 
@@ -180,16 +183,23 @@ async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
     if not files:  # nothing to transcribe: no model is loaded for it
         return 1
     runtime = await start_model(config, args.model, args.aligner, args.revision)
+    vad = None
     try:
         opts = model_options(runtime, args, values, config)
-    except ConfigError:
+        if transcription.capabilities(runtime).max_clip_s is not None:  # long audio goes as VAD clips
+            vad = vad_runtime(config)
+            vad.start()
+            await vad.wait_loaded()
+    except BaseException:
         close(runtime)
+        if vad is not None:
+            vad.close()
         raise
     failures = len(args.files) - len(files)
     try:
         for path in files:
             try:
-                text = await _transcribe_file(runtime, path, opts, args)
+                text = await _transcribe_file(runtime, vad, path, opts, args, config)
             except AudioDecodeError as exc:
                 print(f"omnid: {path}: {exc}", file=sys.stderr)
                 failures += 1
@@ -204,6 +214,8 @@ async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
                 sys.stdout.flush()
     finally:
         close(runtime)
+        if vad is not None:
+            vad.close()
     return 1 if failures else 0
 
 
@@ -216,8 +228,8 @@ def _readable(path: Path) -> bool:
     return False
 
 
-async def _transcribe_file(runtime: EngineRuntime[TranscriptionEngine], path: Path, opts: TranscribeOptions,
-                           args: argparse.Namespace) -> str:
+async def _transcribe_file(runtime: EngineRuntime[TranscriptionEngine], vad: EngineRuntime[SileroVAD] | None,
+                           path: Path, opts: TranscribeOptions, args: argparse.Namespace, config: Config) -> str:
     loop = asyncio.get_running_loop()
     audio = await loop.run_in_executor(None, decode_audio, path)
     progress = Progress(path.name, len(audio) / 16000, enabled=not args.quiet)
@@ -225,6 +237,9 @@ async def _transcribe_file(runtime: EngineRuntime[TranscriptionEngine], path: Pa
     def progressed(done: float, total: float) -> None:
         loop.call_soon_threadsafe(progress.update, done)
 
-    transcript = await transcription.transcribe(runtime, audio, opts, on_progress=progressed)
+    clips = None
+    if vad is not None:
+        clips = await transcription.model_clips(runtime, vad, audio, config.transcription.vad_filter_pad_s)
+    transcript = await transcription.transcribe(runtime, audio, opts, clips=clips, on_progress=progressed)
     progress.finish()
     return render(transcript, args.format, words=args.word_timestamps)

@@ -47,6 +47,11 @@ class Capabilities:
     default_language: str | None = None
     # Takes a per-request punctuation switch (a request's `punctuation`; None there is the model's default).
     punctuation: bool = False
+    # Takes a per-request inverse text normalisation switch (a request's `use_itn`; None: the model's default).
+    itn: bool = False
+    # Audio longer than this reaches the model as the speech clips Silero VAD finds in it, none longer than this
+    # (the model's own rule for long audio: SenseVoice); None: the model takes long audio whole.
+    max_clip_s: float | None = None
     # Names it takes for a language beside ISO codes, kept as they are (Nemotron's prompt keys: "en-US").
     language_keys: tuple[str, ...] = ()
     # A cache-aware engine's chunk lengths in ms, the shortest first (a session's chunk_ms snaps to one).

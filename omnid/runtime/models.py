@@ -25,6 +25,7 @@ from omnid.engine.interface import TranscriptionEngine
 from omnid.engine.kind import Sections
 from omnid.engine.options import TranscribeOptions
 from omnid.runtime.scheduler import EngineRuntime
+from omnid.vad.silero import SileroVAD
 
 E = TypeVar("E")
 
@@ -96,6 +97,15 @@ def model_runtime(model: ModelConfig, config: Config) -> EngineRuntime[Transcrip
                          idle_clear_s=config.engine.idle_clear_s)
 
 
+def vad_runtime(config: Config) -> EngineRuntime[SileroVAD]:
+    """Silero VAD's runtime (the configured weights, else the package's). The realtime batcher has at most one job
+    queued at a time, at FINAL priority: the reserve keeps a queue full of file requests from ever refusing a live
+    session's audio."""
+    weights = Path(config.vad.weights).expanduser() if config.vad.weights else None
+    return EngineRuntime(config.vad.id, lambda: SileroVAD.load(weights), config.vad.max_queue, final_reserve=1,
+                         idle_clear_s=config.engine.idle_clear_s)
+
+
 def transcribe_options(
     t: TranscriptionConfig,
     *,
@@ -109,6 +119,7 @@ def transcribe_options(
     word_timestamps: bool = False,
     timed: bool = False,
     punctuation: bool | None = None,
+    itn: bool | None = None,
 ) -> TranscribeOptions:
     """A request's options; ``window`` unset is the configuration's (how a model decodes whatever the request
     is its own options, set when its engine is built)."""
@@ -123,4 +134,5 @@ def transcribe_options(
         timed=timed,
         window=window or t.window,
         punctuation=punctuation,
+        itn=itn,
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 
 import structlog
 
@@ -17,7 +16,7 @@ from omnid.engine.interface import TranscriptionEngine
 from omnid.metrics import Metrics
 from omnid.runtime.allocator import HeapTrimmer, limit_arenas
 from omnid.runtime.catalog import ModelCatalog
-from omnid.runtime.models import aligner_runtime, diarizer_runtime, model_runtime
+from omnid.runtime.models import aligner_runtime, diarizer_runtime, model_runtime, vad_runtime
 from omnid.runtime.scheduler import EngineRuntime
 from omnid.vad.batcher import VadBatcher
 from omnid.vad.silero import SileroVAD
@@ -58,11 +57,7 @@ class Services:
         for model in config.models:  # one aligner runtime, however many models it times
             if model.aligner:
                 services.transcribers[model.id].aligner = services.aligners[model.aligner]
-        weights = Path(config.vad.weights).expanduser() if config.vad.weights else None
-        # The realtime batcher has at most one job queued at a time, at FINAL priority: the reserve keeps a queue
-        # full of file requests from ever refusing a live session's audio.
-        services.vad = EngineRuntime(config.vad.id, lambda: SileroVAD.load(weights), config.vad.max_queue,
-                                     final_reserve=1, idle_clear_s=config.engine.idle_clear_s)
+        services.vad = vad_runtime(config)
         services.vad_batcher = VadBatcher(services.vad)
         return services
 

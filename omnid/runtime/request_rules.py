@@ -170,6 +170,13 @@ def punctuation(value: bool | None, can: Capabilities, model: str, param: str = 
     return value
 
 
+def itn(value: bool | None, can: Capabilities, model: str, param: str = "use_itn") -> bool | None:
+    """An inverse text normalisation switch, for a model that has one (None: the model's default)."""
+    if value is not None and not can.itn:
+        raise RuleError(param, f"model {model} has no inverse text normalisation switch", "unsupported_value")
+    return value
+
+
 def word_timestamps(can: Capabilities, model: str, param: str) -> None:
     if not can.word_timestamps:
         raise RuleError(param, f"model {model} gives no word timestamps", "unsupported_value")

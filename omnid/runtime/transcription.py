@@ -27,10 +27,12 @@ from omnid.engine.languages import LANGUAGES
 from omnid.engine.options import TranscribeOptions
 from omnid.engine.transcript import Segment, Transcript
 from omnid.runtime.scheduler import EngineRuntime, Priority
+from omnid.vad.filter import speech_clips
 from omnid.vad.silero import SileroVAD
 from omnid.vad.stream import probabilities
 
 Runtime = EngineRuntime[TranscriptionEngine]
+SILERO_THRESHOLD = 0.5  # Silero's own default speech threshold
 
 
 def capabilities(runtime: Runtime) -> Capabilities:
@@ -139,6 +141,18 @@ async def stream(runtime: Runtime, live: object, audio: np.ndarray, finish: bool
     return await runtime.submit_program(
         lambda e: cast(StreamingEngine, e).stream_program(live, audio, finish), Priority.FINAL,
         audio_s=len(audio) / SAMPLE_RATE)
+
+
+async def model_clips(runtime: Runtime, vad: EngineRuntime[SileroVAD], audio: np.ndarray, pad_s: float,
+                      threshold: float = SILERO_THRESHOLD) -> list[tuple[int, int]] | None:
+    """The speech clips a model that takes at most ``max_clip_s`` at once is given of audio longer than that
+    (vad/filter.py's speech_clips, ``pad_s`` of silence kept at each edge); None where the model takes the audio
+    whole."""
+    limit = capabilities(runtime).max_clip_s
+    if limit is None or len(audio) <= limit * SAMPLE_RATE:
+        return None
+    probs = await speech_probabilities(vad, audio)
+    return speech_clips(probs, len(audio), threshold, limit, pad_s)
 
 
 async def speech_probabilities(runtime: EngineRuntime[SileroVAD], audio: np.ndarray) -> np.ndarray:

@@ -14,6 +14,24 @@ from omnid.audio import SAMPLE_RATE
 from omnid.vad.segments import SpeechParams, speech_timestamps
 
 
+def speech_clips(probs: np.ndarray, n_samples: int, threshold: float, max_clip_s: float,
+                 pad_s: float) -> list[tuple[int, int]]:
+    """A long file as a model that takes clips of at most ``max_clip_s`` needs it (SenseVoice): Silero's speech
+    segments (speech running on past the limit split where Silero's own rule splits it, at its last pause, else at
+    the limit), then neighbours joined while the joined clip stays within the limit, as funasr's merge_vad joins
+    its VAD's segments. None of them longer than the limit; silence between clips is never decoded."""
+    params = SpeechParams(threshold=threshold, speech_pad_ms=int(pad_s * 1000), max_speech_duration_s=max_clip_s)
+    limit = int(max_clip_s * SAMPLE_RATE)
+    clips: list[tuple[int, int]] = []
+    for seg in speech_timestamps(probs, n_samples, params):
+        start, end = seg["start"], min(seg["end"], seg["start"] + limit)
+        if clips and end - clips[-1][0] <= limit:
+            clips[-1] = (clips[-1][0], end)
+        else:
+            clips.append((start, end))
+    return clips
+
+
 def speech_spans(probs: np.ndarray, n_samples: int, threshold: float, min_silence_s: float,
                  pad_s: float) -> list[tuple[int, int]]:
     """The parts of the audio to transcribe (sample offsets), from Silero's window probabilities: none when it

@@ -61,9 +61,11 @@ class SenseVoiceEngine:
 
     @property
     def capabilities(self) -> Capabilities:
-        # Non-autoregressive CTC: greedy, no prompt, no budget; a language it does not know decodes as "auto".
-        return Capabilities(languages=LANGUAGES, prompt=False, word_timestamps=False, timestamps=False,
-                            max_new_tokens=MAX_TOKENS, streaming="redecode", temperature=False)
+        # Non-autoregressive CTC: greedy, no prompt, no budget; a language it does not know decodes as "auto". Word
+        # times from the CTC runs; a segment spans its clip (up to max_clip_s): too coarse for subtitles.
+        return Capabilities(languages=LANGUAGES, prompt=False, word_timestamps=True, timestamps=False,
+                            max_new_tokens=MAX_TOKENS, streaming="redecode", temperature=False, itn=True,
+                            max_clip_s=self.options.max_clip_s)
 
     def prompt_tokens(self, prompt: str | None) -> tuple[int, ...]:
         return ()
