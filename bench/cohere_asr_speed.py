@@ -63,10 +63,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -83,6 +80,7 @@ EXPECTED = ("expected time on 2 cores: --runs 1 --inputs 30 about 1-2 min, --run
 sys.path.insert(0, str(ROOT))  # omnid from this checkout
 
 import omnid  # noqa: E402,F401  (OpenBLAS before mlx, in the parent and in every worker, as the daemon does)
+from bench.side_by_side import alternate, build_once, child_row, chosen, machine, medians  # noqa: E402
 
 # --- omnid's worker (a fresh process per measurement) ---------------------------------------------------------------
 
@@ -133,28 +131,12 @@ def measure(side: str, name: str, args: argparse.Namespace) -> dict:
         cmd = [sys.executable, __file__, "--work", str(args.work), "--worker", name]
     else:
         cmd = [str(args.torch_python), str(TORCH_SCRIPT), "--work", str(args.work), "--child", name]
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
-    if done.returncode:
-        sys.exit(f"{side} {name} s failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    row = json.loads(done.stdout.strip().splitlines()[-1])
-    row.update(side=side, load_avg=load_before, process_s=time.perf_counter() - started)
-    return row
+    return child_row(cmd, f"{side} {name} s", ROOT, {"TOKENIZERS_PARALLELISM": "false"})
 
 
-def machine(torch_row: dict | None) -> str:
-    import mlx.core as mx
-    from threadpoolctl import threadpool_info
-
-    blas = ", ".join(f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture') or '?'}, "
-                     f"{i.get('num_threads')} threads)" for i in threadpool_info())
-    torch = (f"torch {torch_row['torch']} ({torch_row['threads']} threads, MKL {torch_row.get('mkl')})"
-             if torch_row else "torch: not run")
-    return (f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} cores, "
-            f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}; mlx {mx.__version__}; "
-            f"BLAS: {blas or 'none found'}; {torch}")
+def torch_line(torch_row: dict | None) -> str:
+    return (f"torch {torch_row['torch']} ({torch_row['threads']} threads, MKL {torch_row.get('mkl')})"
+            if torch_row else "torch: not run")
 
 
 def table(rows: list[dict], inputs: list[str]) -> None:
@@ -163,11 +145,9 @@ def table(rows: list[dict], inputs: list[str]) -> None:
           f"{'peak RSS MiB':>14}{'tokens/chunk':>20}{'load avg':>10}")
     for name in inputs:
         for side in SIDES:
-            mine = [r for r in rows if r["side"] == side and r["input"] == name]
+            mine, m = medians(rows, side, name, ("import_s", "load_s", "total_s", "rtf", "peak_rss_mib", "load_avg"))
             if not mine:
                 continue
-            m = {k: statistics.median(r[k] for r in mine)
-                 for k in ("import_s", "load_s", "total_s", "rtf", "peak_rss_mib", "load_avg")}
             med[side, name] = m
             chunks = sorted({tuple(r["tokens_per_chunk"]) for r in mine})
             shown = " | ".join(
@@ -208,29 +188,14 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker_omnid(args.work, args.worker)), flush=True)
         return
-    inputs = [s.strip() for s in args.inputs.split(",") if s.strip()]
-    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
-    if bad := [s for s in inputs if s not in SECONDS] + [s for s in sides if s not in SIDES]:
-        p.error(f"unknown input or side: {', '.join(bad)} (inputs: 30, 300)")
-    if "torch" in sides and not args.torch_python.exists():
-        p.error(f"no torch virtualenv at {args.torch_python} (the docstring has its commands; --torch-python PY)")
-    if not (args.work / "checkpoint" / "model.safetensors").is_file() or not all(
-            (args.work / f"audio_{s}s.npy").is_file() for s in SECONDS):
-        print(f"building the checkpoint and audio in {args.work} (once)", flush=True)
-        subprocess.run([str(args.torch_python), str(TORCH_SCRIPT), "--work", str(args.work), "--build"], check=True,
-                       cwd=ROOT)
+    inputs, sides = chosen(p, args, SECONDS, SIDES, "torch", "the docstring")
+    ready = (args.work / "checkpoint" / "model.safetensors").is_file() and all(
+        (args.work / f"audio_{s}s.npy").is_file() for s in SECONDS)
+    build_once(ready, args.work, [str(args.torch_python), str(TORCH_SCRIPT), "--work", str(args.work), "--build"], ROOT)
     began = time.perf_counter()
-    rows: list[dict] = []
-    for name in inputs:
-        for run in range(args.runs):
-            for side in sides:
-                rows.append(measure(side, name, args))
-                r = rows[-1]
-                print(f"{side:<6} {name:>3} s run {run + 1}/{args.runs}: load {r['load_s']:.1f} s, total "
-                      f"{r['total_s']:.1f} s, RTF {r['rtf']:.3f}, peak RSS {r['peak_rss_mib']:.0f} MiB, "
-                      f"chunks {r['chunks']}, tokens {r['tokens_per_chunk']}, load avg {r['load_avg']:.1f}, "
-                      f"process {r['process_s']:.0f} s", flush=True)
-    print("\n" + machine(next((r for r in rows if r["side"] == "torch"), None)))
+    rows = alternate(inputs, args.runs, sides, lambda side, name: measure(side, name, args),
+                     lambda r: f"chunks {r['chunks']}, tokens {r['tokens_per_chunk']}")
+    print("\n" + machine(torch_line(next((r for r in rows if r["side"] == "torch"), None))))
     table(rows, inputs)
     print(f"\nwall time {time.perf_counter() - began:.0f} s")
 

@@ -212,3 +212,12 @@ def test_the_mlx_community_layout_loads_the_same_model(folder: Path, tmp_path: P
     e = SenseVoiceEngine("m", mlx_dir)
     assert e.layout == "mlx"
     assert list(e.decode(audio_of("en_short"), "en", True).ids) == GOLDENS["cases"]["en_short"]["runs"]["en/1/0"]["ids"]
+
+
+def test_the_cpu_encoder_is_the_mlx_encoder(engine: SenseVoiceEngine) -> None:
+    """On MLX's CPU device the encoder runs its numpy layers (funasr/cpu_sanm.py); Metal runs the MLX layers, held
+    here to the same output (and so to funasr's) on the CPU."""
+    features = engine.front.features(audio_of("zh_aishell"))
+    x = mx.concatenate([engine.model.queries("zh", True), mx.array(features)])[None]
+    cpu, layers = np.array(engine.model.encoder(x)), np.array(engine.model.encoder.in_mlx(x))
+    assert np.abs(cpu - layers).max() <= 1e-4

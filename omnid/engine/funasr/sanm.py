@@ -16,10 +16,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+
+from omnid.engine.cpu_math import head_attention
+from omnid.engine.numpy_layers import Norm
+
+if TYPE_CHECKING:
+    from omnid.engine.funasr.cpu_sanm import CpuSanmLayer
 
 
 @dataclass(frozen=True)
@@ -34,12 +42,12 @@ class SanmDims:
     shift: int = 0  # sanm_shfit: extra frames of left padding
 
 
-def positions(frames: int, width: int) -> mx.array:
+def positions(frames: int, width: int) -> np.ndarray:
     """funasr's SinusoidalPositionEncoder for positions 1 ... frames, in float32 as it computes them."""
     step = np.float32(math.log(10000.0)) / np.float32(width / 2 - 1)
     inv = np.exp(np.arange(width // 2, dtype=np.float32) * -step)
     scaled = np.arange(1, frames + 1, dtype=np.float32)[:, None] * inv[None, :]
-    return mx.array(np.concatenate([np.sin(scaled), np.cos(scaled)], axis=1))
+    return np.concatenate([np.sin(scaled), np.cos(scaled)], axis=1)
 
 
 class SanmAttention(nn.Module):
@@ -65,10 +73,10 @@ class SanmAttention(nn.Module):
     def __call__(self, y: mx.array) -> mx.array:
         b, t, _ = y.shape
         q, k, v = mx.split(self.linear_q_k_v(y), 3, axis=-1)
-        heads = [a.reshape(b, t, self.heads, -1).transpose(0, 2, 1, 3) for a in (q, k, v)]
-        scale = (self.d_model // self.heads) ** -0.5
-        att = mx.fast.scaled_dot_product_attention(*heads, scale=scale)
-        return self.linear_out(att.transpose(0, 2, 1, 3).reshape(b, t, -1)) + self.memory(v)
+        qs, ks, vs = (a.reshape(b, t, self.heads, -1) for a in (q, k, v))
+        # cpu_math's: MLX's fused kernel on Metal; on the CPU numpy's softmax (MLX's CPU exp is a scalar loop)
+        att = head_attention(qs, ks, vs, (self.d_model // self.heads) ** -0.5)
+        return self.linear_out(att.reshape(b, t, -1)) + self.memory(v)
 
 
 class FeedForward(nn.Module):
@@ -106,13 +114,39 @@ class SanmEncoder(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         """(B, T, input_size) -> (B, T, d_model)."""
-        x = x * (self.dims.d_model**0.5) + positions(x.shape[1], x.shape[2])
+        return self._on_cpu(x) if mx.default_device() == mx.cpu else self.in_mlx(x)
+
+    def in_mlx(self, x: mx.array) -> mx.array:
+        """The MLX layers (Metal's path; on the CPU the numpy layers give the same within rounding)."""
+        x = x * (self.dims.d_model**0.5) + mx.array(positions(x.shape[1], x.shape[2]))
         for layer in [*self.encoders0, *self.encoders]:
             x = layer(x)
         x = self.after_norm(x)
         for layer in self.tp_encoders:
             x = layer(x)
         return self.tp_norm(x)
+
+    @cached_property
+    def _cpu(self) -> tuple[list[CpuSanmLayer], Norm, list[CpuSanmLayer], Norm]:
+        """The numpy layers (cpu_sanm.py), built at the first CPU pass, after the weights are loaded."""
+        from omnid.engine.funasr.cpu_sanm import CpuSanmLayer
+
+        return ([CpuSanmLayer(layer) for layer in [*self.encoders0, *self.encoders]], Norm.of(self.after_norm),
+                [CpuSanmLayer(layer) for layer in self.tp_encoders], Norm.of(self.tp_norm))
+
+    def _on_cpu(self, x: mx.array) -> mx.array:
+        main, after_norm, tp, tp_norm = self._cpu
+        mx.eval(x)
+        out = []
+        for row in np.array(x, np.float32):
+            h = row * np.float32(self.dims.d_model**0.5) + positions(*row.shape)
+            for layer in main:
+                h = layer(h)
+            after_norm(h)
+            for layer in tp:
+                h = layer(h)
+            out.append(tp_norm(h))
+        return mx.array(np.stack(out))
 
 
 def mlx_weights(state: dict[str, np.ndarray], prefix: str = "encoder.") -> list[tuple[str, mx.array]]:

@@ -1,0 +1,196 @@
+"""SenseVoice speed and memory (issue 46): omnid's sensevoice engine against the official code (funasr 1.4.16's
+AutoModel on torch's CPU), both in the same run, on the same checkpoint, the same samples and the same clips; and
+Whisper tiny.en in omnid on the same speech, for its real-time factor beside SenseVoice's.
+
+The checkpoint and the speech are bench/sensevoice_torch.py's (``--build``, run here once when missing): random
+weights at the real shapes (encoder 50 + 20 blocks, 512 wide; 25,055 pieces; 234 M parameters) in the real repo's
+layout, in --work (default /tmp/omnid-bench-sensevoice, outside the repository), and English and Chinese corpus
+speech joined and repeated to 60 s and 600 s. The clips: audio past SenseVoice's 30 s goes to the model as the
+speech clips omnid's Silero VAD finds (vad/filter.py's speech_clips; funasr's own FSMN VAD cannot be had here), cut
+once by this script (clips_*.json) and decoded by both sides, clip by clip, so both do the same model work.
+
+For each input (--inputs, 60 and 600 s) and each run (--runs, 3), one fresh child process per side, in turn
+(so each peak RSS, ru_maxrss, is its own, and the sides see the same machine load):
+
+* omnid (this virtualenv): the production loader (the sensevoice descriptor, default [sensevoice] section), then
+  engine.transcribe_clips(samples, clips): features, encoder and CTC per clip, the tags read, the text. Load = the
+  descriptor's load; total = the transcribe call. Silero VAD's pass over the input is timed apart (vad_s): a user's
+  request pays it too, funasr's FSMN VAD would be its counterpart.
+* funasr (``--torch-python``, default /tmp/funasr-ref/bin/python, running ``sensevoice_torch.py --child``):
+  AutoModel(model=folder, dither 0); total = generate() over the same clips one at a time (language auto, no ITN).
+* whisper: omnid's Whisper tiny.en (the built-in real weights) transcribing the same samples its own way (30 s
+  windows, greedy, the configuration's defaults): a real-time factor beside SenseVoice's, not a parity comparison.
+
+Reported: medians per (side, input) of load, total, real-time factor and peak RSS; omnid's speed ratio (funasr's
+total / omnid's; target >= 1.5x) and peak-RSS ratio; the ids each clip decoded to on both sides (equal: both did
+the same decode); the 1-minute load average at each measurement's start. Random weights decode to a token on
+most frames, which costs a CTC decoder nothing more: the time is the front end and the encoder's.
+
+    .venv/bin/python bench/sensevoice_speed.py                       # 60 s and 10 min, medians of 3
+    .venv/bin/python bench/sensevoice_speed.py --runs 1 --inputs 60  # a first check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH_SCRIPT = ROOT / "bench" / "sensevoice_torch.py"
+WORK = Path("/tmp/omnid-bench-sensevoice")
+TORCH_PYTHON = Path(os.environ.get("OMNID_FUNASR_REF_PYTHON", "/tmp/funasr-ref/bin/python"))
+SECONDS = {"60": 60.0, "600": 600.0}
+SIDES = ("omnid", "funasr", "whisper")
+sys.path.insert(0, str(ROOT))  # omnid from this checkout
+
+import omnid  # noqa: E402,F401  (OpenBLAS before mlx, in the parent and in every worker, as the daemon does)
+from bench.side_by_side import alternate, build_once, child_row, chosen, machine, medians  # noqa: E402
+
+
+def silero_clips(audio) -> tuple[list[tuple[int, int]], float]:  # type: ignore[no-untyped-def]
+    """The clips the daemon gives SenseVoice for this audio, and the seconds Silero's pass took."""
+    from omnid.config import load_config
+    from omnid.engine.sensevoice.options import SenseVoiceOptions
+    from omnid.vad.filter import speech_clips
+    from omnid.vad.silero import SileroVAD
+    from omnid.vad.stream import probabilities
+
+    vad = SileroVAD.load(None)
+    started = time.perf_counter()
+    probs = probabilities(vad, audio, lambda: None)
+    seconds = time.perf_counter() - started
+    limit = SenseVoiceOptions().max_clip_s
+    if len(audio) <= limit * 16000:
+        return [(0, len(audio))], seconds
+    pad = load_config(None).transcription.vad_filter_pad_s
+    return speech_clips(probs, len(audio), 0.5, limit, pad), seconds
+
+
+def worker(work: Path, name: str, side: str) -> dict:
+    started = time.perf_counter()
+    import mlx.core as mx
+    import numpy as np
+
+    from omnid.engine import kinds
+    from omnid.engine.options import TranscribeOptions
+
+    import_s = time.perf_counter() - started
+    audio = np.load(work / f"audio_{name}s.npy")
+    clips = [tuple(c) for c in json.loads((work / f"clips_{name}s.json").read_text())]
+    ids: list[int] = []
+    vad_s = 0.0
+    started = time.perf_counter()
+    if side == "omnid":
+        kind = kinds.named("sensevoice")
+        engine = kind.load("sensevoice-bench", work / "checkpoint", {}, kind.options({"sensevoice": {}}))
+        load_s = time.perf_counter() - started
+        decode = engine.decode
+
+        def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            out = decode(*args, **kwargs)
+            ids.append(len(out.ids))
+            return out
+
+        engine.decode = counted
+        started = time.perf_counter()
+        engine.transcribe_clips(audio, clips, TranscribeOptions())
+        total_s = time.perf_counter() - started
+        _, vad_s = silero_clips(audio)
+    else:
+        from omnid.config import load_config
+        from omnid.runtime.models import loader
+
+        config = load_config(None)
+        model = config.model(config.transcription.default_model)  # tiny.en, the built-in real weights
+        engine = loader(model, config)()
+        load_s = time.perf_counter() - started
+        started = time.perf_counter()
+        engine.transcribe(audio, TranscribeOptions(language="en", fallback=False))
+        total_s = time.perf_counter() - started
+    seconds = len(audio) / 16000
+    return {"input": name, "audio_s": seconds, "clips": len(clips), "import_s": import_s, "load_s": load_s,
+            "total_s": total_s, "rtf": total_s / seconds, "vad_s": vad_s,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "mlx_peak_mib": mx.get_peak_memory() / 2**20, "ids_per_clip": ids}
+
+
+def measure(side: str, name: str, args: argparse.Namespace) -> dict:
+    if side == "funasr":
+        cmd = [str(args.torch_python), str(TORCH_SCRIPT), "--work", str(args.work), "--child", name]
+    else:
+        cmd = [sys.executable, __file__, "--work", str(args.work), "--worker", name, "--sides", side]
+    return child_row(cmd, f"{side} {name} s", ROOT)
+
+
+def table(rows: list[dict], inputs: list[str]) -> None:
+    med = {}
+    print(f"\n{'side':<8}{'input':>7}{'runs':>6}{'clips':>7}{'load s':>9}{'total s':>10}{'RTF':>8}{'VAD s':>8}"
+          f"{'peak RSS MiB':>14}{'load avg':>10}")
+    for name in inputs:
+        for side in SIDES:
+            mine, m = medians(rows, side, name, ("load_s", "total_s", "rtf", "vad_s", "peak_rss_mib", "load_avg"))
+            if not mine:
+                continue
+            med[side, name] = m
+            print(f"{side:<8}{name + ' s':>7}{len(mine):>6}{mine[0]['clips']:>7}{m['load_s']:>9.1f}"
+                  f"{m['total_s']:>10.2f}{m['rtf']:>8.4f}{m['vad_s']:>8.2f}{m['peak_rss_mib']:>14.0f}"
+                  f"{m['load_avg']:>10.1f}")
+    print()
+    for name in inputs:
+        if ("omnid", name) in med and ("funasr", name) in med:
+            o, t = med["omnid", name], med["funasr", name]
+            speed = t["total_s"] / o["total_s"]
+            with_vad = t["total_s"] / (o["total_s"] + o["vad_s"])
+            print(f"{name} s: omnid {speed:.2f}x funasr's speed (target >= 1.5x: {'met' if speed >= 1.5 else 'NOT met'}); "
+                  f"{with_vad:.2f}x counting omnid's Silero pass; peak RSS {o['peak_rss_mib'] / t['peak_rss_mib']:.2f}x "
+                  "funasr's")
+        if ("whisper", name) in med and ("omnid", name) in med:
+            print(f"{name} s: real-time factor SenseVoice {med['omnid', name]['rtf']:.4f}, Whisper tiny.en "
+                  f"{med['whisper', name]['rtf']:.4f} (omnid, same speech)")
+        decoded = {(r["side"], tuple(r["ids_per_clip"])) for r in rows if r["input"] == name
+                   and r["side"] in ("omnid", "funasr")}
+        same = len({ids for _, ids in decoded}) == 1
+        print(f"{name} s: ids per clip {'the same on both sides' if same else 'DIFFER'}: "
+              + "; ".join(f"{s} {sum(ids)} in {len(ids)} clips" for s, ids in sorted(decoded)))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work", type=Path, default=WORK, help="the checkpoint/ and audio_*.npy folder")
+    p.add_argument("--runs", type=int, default=3, help="measurements per side and input (medians over them)")
+    p.add_argument("--inputs", default="60,600", help="comma-separated input lengths in seconds: 60, 600")
+    p.add_argument("--sides", default=",".join(SIDES), help="omnid, funasr, whisper")
+    p.add_argument("--torch-python", type=Path, default=TORCH_PYTHON,
+                   help="funasr's virtualenv's interpreter (also $OMNID_FUNASR_REF_PYTHON)")
+    p.add_argument("--worker", choices=sorted(SECONDS), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.work, args.worker, args.sides)), flush=True)
+        return
+    inputs, sides = chosen(p, args, SECONDS, SIDES, "funasr", "scripts/funasr_frontend_goldens.py")
+    ready = (args.work / "checkpoint" / "model.pt").is_file() and all(
+        (args.work / f"audio_{s}s.npy").is_file() for s in SECONDS)
+    build_once(ready, args.work, [str(args.torch_python), str(TORCH_SCRIPT), "--work", str(args.work), "--build"], ROOT)
+    import numpy as np
+
+    for name in inputs:
+        out = args.work / f"clips_{name}s.json"
+        if not out.is_file():
+            clips, _ = silero_clips(np.load(args.work / f"audio_{name}s.npy"))
+            out.write_text(json.dumps(clips))
+    began = time.perf_counter()
+    rows = alternate(inputs, args.runs, sides, lambda side, name: measure(side, name, args),
+                     lambda r: f"clips {r['clips']}")
+    torch_row = next((r for r in rows if r["side"] == "funasr"), None)
+    print("\n" + machine(f"torch {torch_row['torch']} ({torch_row['threads']} threads)" if torch_row else "funasr: not run"))
+    table(rows, inputs)
+    print(f"\nwall time {time.perf_counter() - began:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""What the side-by-side benches share (omnid against a reference implementation in its own virtualenv, e.g.
+cohere_asr_speed.py, sensevoice_speed.py): each measurement a fresh child process (its peak RSS its own), the
+sides in turn for every run of every input (they see the same machine load), each child's last stdout line its
+JSON row, and a line saying what the machine and its BLAS libraries were."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+
+def child_row(cmd: list[str], label: str, cwd: Path, env: dict[str, str] | None = None) -> dict:
+    """One measurement: the child's JSON row, with the 1-minute load average at its start and its process time."""
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env={**os.environ, **(env or {})})
+    if done.returncode:
+        sys.exit(f"{label} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    row.update(load_avg=load_before, process_s=time.perf_counter() - started)
+    return row
+
+
+def alternate(inputs: list[str], runs: int, sides: list[str], measure: Callable[[str, str], dict],
+              describe: Callable[[dict], str]) -> list[dict]:
+    """Every side once per run of every input, in turn; each row printed as it comes (``describe``: its details)."""
+    rows: list[dict] = []
+    for name in inputs:
+        for run in range(runs):
+            for side in sides:
+                row = {**measure(side, name), "side": side}
+                rows.append(row)
+                print(f"{side:<7} {name:>3} s run {run + 1}/{runs}: load {row['load_s']:.1f} s, total "
+                      f"{row['total_s']:.2f} s, RTF {row['rtf']:.4f}, peak RSS {row['peak_rss_mib']:.0f} MiB, "
+                      f"{describe(row)}, load avg {row['load_avg']:.1f}, process {row['process_s']:.0f} s", flush=True)
+    return rows
+
+
+def machine(reference: str) -> str:
+    """The machine, MLX and the BLAS libraries threadpoolctl finds in this process, then ``reference``'s line."""
+    import mlx.core as mx
+    from threadpoolctl import threadpool_info
+
+    blas = ", ".join(f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture') or '?'}, "
+                     f"{i.get('num_threads')} threads)" for i in threadpool_info())
+    return (f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} cores, "
+            f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}; mlx {mx.__version__}; "  # type: ignore[attr-defined]
+            f"BLAS: {blas or 'none found'}; {reference}")
+
+
+def chosen(parser: argparse.ArgumentParser, args: argparse.Namespace, inputs: Iterable[str], sides: Iterable[str],
+           reference: str, setup: str) -> tuple[list[str], list[str]]:
+    """--inputs and --sides as lists, each value checked; the reference side needs its virtualenv (``setup``: where
+    its commands are)."""
+    wanted = [s.strip() for s in args.inputs.split(",") if s.strip()]
+    picked = [s.strip() for s in args.sides.split(",") if s.strip()]
+    if bad := [s for s in wanted if s not in inputs] + [s for s in picked if s not in sides]:
+        parser.error(f"unknown input or side: {', '.join(bad)} (inputs: {', '.join(inputs)})")
+    if reference in picked and not args.torch_python.exists():
+        parser.error(f"no {reference} virtualenv at {args.torch_python} ({setup} has its commands; --torch-python PY)")
+    return wanted, picked
+
+
+def build_once(ready: bool, work: Path, build: list[str], cwd: Path) -> None:
+    """The reference's virtualenv builds the checkpoint and the audio into ``work`` where they are not there yet."""
+    if not ready:
+        print(f"building the checkpoint and audio in {work} (once)", flush=True)
+        subprocess.run(build, check=True, cwd=cwd)
+
+
+def medians(rows: list[dict], side: str, name: str, keys: Iterable[str]) -> tuple[list[dict], dict[str, float]]:
+    """A side's rows for one input, and the median of each key over them (a key a row lacks counts as 0)."""
+    mine = [r for r in rows if r["side"] == side and r["input"] == name]
+    return mine, ({k: statistics.median(r.get(k, 0.0) for r in mine) for k in keys} if mine else {})
