@@ -136,13 +136,20 @@ def wait_for(driver, condition, timeout: float, what: str):
     return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: condition(d), message=what)
 
 
-async def offline_text(server, path: Path, headers: dict | None = None) -> str:
+async def offline(server, path: Path, headers: dict | None = None, **fields: str) -> dict:
+    """The daemon's JSON answer for the file (with the form's other ``fields``)."""
     form = aiohttp.FormData()
     form.add_field("file", path.read_bytes(), filename=path.name)
+    for name, value in fields.items():
+        form.add_field(name, value)
     async with aiohttp.ClientSession(headers=headers) as http, \
             http.post(server.url + "/v1/audio/transcriptions", data=form) as r:
         assert r.status == 200
-        return (await r.json())["text"]
+        return await r.json()
+
+
+async def offline_text(server, path: Path, headers: dict | None = None, **fields: str) -> str:
+    return (await offline(server, path, headers, **fields))["text"]
 
 
 def words_apart(a: str, b: str) -> int:
@@ -326,12 +333,7 @@ async def test_the_pages_language_reaches_a_model_that_needs_one():
     tiny = Path(__file__).parent / "goldens" / "cohere_asr_tiny"
     models = [{"id": "cohere-tiny", "kind": "cohere_asr", "path": str(tiny)}]
     with ServerThread(overrides={"models": models, "transcription": {"default_model": "cohere-tiny"}}) as srv:
-        form = aiohttp.FormData()
-        form.add_field("file", CLIP.read_bytes(), filename=CLIP.name)
-        form.add_field("language", "en")
-        async with aiohttp.ClientSession() as http, http.post(srv.url + "/v1/audio/transcriptions", data=form) as r:
-            assert r.status == 200
-            offline = (await r.json())["text"]
+        offline_en = await offline_text(srv, CLIP, language="en")
 
         def upload(driver, language: str) -> tuple[str, str]:
             field = driver.find_element(By.ID, "language")
@@ -356,4 +358,33 @@ async def test_the_pages_language_reaches_a_model_that_needs_one():
 
         (_, refused), (text, error) = await asyncio.to_thread(run)
     assert "language" in refused, refused
-    assert error == "" and text == offline.strip(), (text, offline)
+    assert error == "" and text == offline_en.strip(), (text, offline_en)
+
+
+async def test_a_models_tags_are_shown_beside_each_line(tmp_path):
+    """A model that tags what it hears (SenseVoice's tiny checkpoint): the file's lines on the page are its
+    segments, each with its language, emotion and events beside it, as the daemon's verbose_json gives them."""
+    from selenium.webdriver.common.by import By
+
+    from tests.helpers import unpack_sensevoice
+
+    models = [{"id": "sensevoice-tiny", "kind": "sensevoice", "path": str(unpack_sensevoice(tmp_path))}]
+    with ServerThread(overrides={"models": models, "transcription": {"default_model": "sensevoice-tiny"}}) as srv:
+        verbose = await offline(srv, CLIP, response_format="verbose_json")
+        want = [(" · ".join(t for t in [s.get("language"), s.get("emotion"), *s.get("events", [])] if t), s["text"])
+                for s in verbose["segments"]]
+
+        def run() -> list[tuple[str, str]]:
+            with chromium() as driver, screenshot_on_failure(driver, "tags"):
+                driver.get(srv.url + "/")
+                driver.find_element(By.ID, "file-input").send_keys(str(CLIP))
+                wait_for(driver, lambda d: not d.find_element(By.ID, "download-txt").get_attribute("disabled")
+                         or d.find_element(By.ID, "file-error").text, 60, "the file's transcript")
+                lines = driver.find_elements(By.CSS_SELECTOR, "#file-transcript p.tagged")
+                return [(p.find_element(By.CSS_SELECTOR, "span.tags").text,
+                         p.text.removeprefix(p.find_element(By.CSS_SELECTOR, "span.tags").text).strip())
+                        for p in lines]
+
+        shown = await asyncio.to_thread(run)
+    assert want and all(tags for tags, _ in want)
+    assert shown == want, (shown, want)

@@ -24,6 +24,7 @@ from omnid.engine.sensevoice.tags import Tagged, rich_text
 from tests.helpers import (
     CORPUS,
     as_received,
+    collect,
     get,
     openai_manual_turn,
     sensevoice_goldens,
@@ -187,3 +188,19 @@ def test_omnid_eval_scores_chinese_by_cer_and_english_by_wer(folder):
     assert out.returncode == 0, out.stderr
     assert "WER %" in out.stdout and "CER %" in out.stdout and "omnid SenseVoiceSmall" in out.stdout
     assert "2 clips" in out.stdout
+
+
+async def test_a_realtime_session_takes_use_itn_and_a_model_without_it_refuses_it(daemon):
+    audio = decode_audio(clip("en_short"))
+    status, body = await asyncio.to_thread(asyncio.run, post(
+        daemon.url, ("a.wav", wav_bytes(as_received(audio))), model=SV, language="en", vad_filter="false",
+        use_itn="true"))
+    assert status == 200, body
+    want = json.loads(body)["text"]
+    events = await voxt_manual_turn(daemon.ws_url, SV, audio, "en", pace_s=0.02, use_itn=True)
+    assert events[0]["type"] == "transcription_session.updated" and events[0]["session"]["use_itn"] is True
+    assert events[-1]["text"] == want
+    async with aiohttp.ClientSession() as http, http.ws_connect(daemon.ws_url + "/v1/realtime") as ws:
+        await ws.send_str(json.dumps({"type": "session.update", "session": {"model": "tiny.en", "use_itn": True}}))
+        (event,) = await collect(ws, lambda e: e["type"] == "error", 30)
+    assert event["error"]["code"] == "unsupported_session" and event["error"]["param"] == "session.use_itn"

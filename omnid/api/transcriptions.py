@@ -16,6 +16,7 @@ from omnid.api.forms import Form, FormLimits, flag, integer, known_fields, numbe
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
 from omnid.echo import shown
 from omnid.engine.interface import Capabilities, TranscriptionEngine
+from omnid.engine.languages import LANGUAGES
 from omnid.engine.options import TranscribeOptions
 from omnid.engine.transcript import Segment, Transcript
 from omnid.formats import CONTENT_TYPES, FORMATS, SPEAKER_FORMATS, render
@@ -75,13 +76,26 @@ class DeltaEvent(msgspec.Struct, tag_field="type", tag="transcript.text.delta"):
     delta: str
 
 
+class TaggedSegment(msgspec.Struct, omit_defaults=True):
+    """A segment with what the model heard beside its words (SenseVoice's tags), as verbose_json's segments say it."""
+
+    start: float
+    end: float
+    text: str
+    language: str | None = None
+    emotion: str | None = None
+    events: list[str] | None = None
+
+
 class DoneEvent(msgspec.Struct, tag_field="type", tag="transcript.text.done", omit_defaults=True):
     text: str
     usage: Usage
     generation_metadata: GenerationMetadata | None = None
-    # omnid's own detail beside the reference's fields: "token_loop" when the loop guard ended a decode (reported
-    # as finish_reason "stop", as the reference reports its own loop stop).
+    # omnid's own details beside the reference's fields: "token_loop" when the loop guard ended a decode (reported
+    # as finish_reason "stop", as the reference reports its own loop stop); a model that tags what it hears
+    # (emotion, events: SenseVoice) gives its segments with their tags, which the try-it page shows.
     stopped_by: str | None = None
+    segments: list[TaggedSegment] | None = None
 
 
 class ErrorEvent(msgspec.Struct, tag_field="type", tag="error"):
@@ -292,7 +306,7 @@ async def _stream(request: web.Request, req: Request, audio, speech: list[tuple[
             return resp
         if len(transcript.text) > len(sent):
             await resp.write(_sse(DeltaEvent(transcript.text[len(sent) :])))
-        closing = DoneEvent(transcript.text, Usage(seconds=round(transcript.duration, 3)))
+        closing = DoneEvent(transcript.text, Usage(seconds=round(transcript.duration, 3)), segments=_tagged(transcript))
         if req.metadata:
             closing = _with_metadata(closing, transcript, req.runtime.engine.capabilities)
         await resp.write(_sse(closing))
@@ -302,6 +316,15 @@ async def _stream(request: web.Request, req: Request, audio, speech: list[tuple[
     finally:
         if not job.done():
             job.cancel()
+
+
+def _tagged(transcript: Transcript) -> list[TaggedSegment] | None:
+    """The segments with their tags, where the model tags what it hears (None: it does not)."""
+    if not any(s.emotion is not None or s.events is not None for s in transcript.segments):
+        return None
+    return [TaggedSegment(round(s.start, 3), round(s.end, 3), s.text.strip(),
+                          LANGUAGES.get(s.language, s.language) if s.language else None, s.emotion,
+                          list(s.events) if s.events is not None else None) for s in transcript.segments]
 
 
 def _with_metadata(done: DoneEvent, transcript: Transcript, can: Capabilities) -> DoneEvent:

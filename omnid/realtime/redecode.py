@@ -154,7 +154,8 @@ class ReDecoding:
         s = h.settings
         window = h.config.busy_final_window if self._busy() else None
         opts = transcribe_options(h.transcription, language=s.language, prompt=s.prompt,
-                                  prompt_tokens=h.prompt_tokens, window=window, punctuation=s.punctuation)
+                                  prompt_tokens=h.prompt_tokens, window=window, punctuation=s.punctuation,
+                                  itn=s.itn)
         # Deltas already sent never change: the final continues the text they hold.
         return await transcription.final(h.runtime, job.audio, opts, job.prefix)
 
@@ -243,7 +244,7 @@ class ReDecoding:
         h = self.host
         runtime, s = h.runtime, h.settings
         opts = transcribe_options(h.transcription, language=s.language, prompt=s.prompt, prompt_tokens=h.prompt_tokens,
-                                  window=h.config.preview_window, temperature=0.0, punctuation=s.punctuation,
+                                  window=h.config.preview_window, temperature=0.0, punctuation=s.punctuation, itn=s.itn,
                                   fallback=False)  # a preview is never worth a retry
         if runtime.engine.capabilities.streaming == "redecode":
             seg.hypothesis = await transcription.redecode(runtime, audio, opts, seg.hypothesis)

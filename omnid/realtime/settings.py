@@ -44,6 +44,7 @@ class Settings:
     chunk_ms: int | None = None  # a cache-aware model's chunk, snapped to one it has (None: its native chunk)
     chunk_asked: float | None = None  # chunk_ms as the client asked for it (snapped again if the model changes)
     punctuation: bool | None = None  # a model with the switch: as asked (None: the model's default)
+    itn: bool | None = None  # use_itn, for a model with inverse text normalisation: as asked (None: its default)
 
     @property
     def manual(self) -> bool:
@@ -167,6 +168,7 @@ def _check_language(settings: Settings, caps: Capabilities) -> Settings:
         language = request_rules.language(settings.language, engine, settings.model, "session.language")
         request_rules.prompt(settings.prompt, engine, settings.model, caps.max_prompt_chars, "session.prompt")
         request_rules.punctuation(settings.punctuation, engine, settings.model, "session.punctuation")
+        request_rules.itn(settings.itn, engine, settings.model, "session.use_itn")
     return replace(settings, language=language.code, chunk_ms=snap_chunk(settings.chunk_asked, engine.chunk_ms))
 
 
@@ -187,11 +189,21 @@ def snap_chunk(asked: float | None, sizes: tuple[int, ...]) -> int | None:
     return min(sizes, key=lambda ms: (abs(ms - asked), ms))
 
 
-def punctuation(value: Any) -> bool | None:
-    """punctuation as asked (an omnid extension in both dialects): true, false, or null for the model's default."""
+def switch(value: Any, name: str) -> bool | None:
+    """A model's switch as asked (omnid extensions in both dialects: punctuation, use_itn): true, false, or null
+    for the model's default."""
     if value is not None and not isinstance(value, bool):
-        raise SettingsError("invalid_event", "session.punctuation", "session.punctuation must be true, false or null")
+        raise SettingsError("invalid_event", f"session.{name}", f"session.{name} must be true, false or null")
     return value
+
+
+def _switches(out: Settings, s: dict[str, Any]) -> Settings:
+    """The model switches a session update sets (the rest of the session is the dialect's)."""
+    if "punctuation" in s:
+        out = replace(out, punctuation=switch(s["punctuation"], "punctuation"))
+    if "use_itn" in s:
+        out = replace(out, itn=switch(s["use_itn"], "use_itn"))
+    return out
 
 
 def _pcm16(value: Any, param: str) -> None:
@@ -212,8 +224,7 @@ def voxt_update(settings: Settings, session: Any, caps: Capabilities) -> Setting
         out = replace(out, prompt=_prompt(s["prompt"], "session.prompt", caps, out.model))
     if "chunk_ms" in s:
         out = replace(out, chunk_asked=chunk(s["chunk_ms"]))
-    if "punctuation" in s:
-        out = replace(out, punctuation=punctuation(s["punctuation"]))
+    out = _switches(out, s)
     if "model" in s:
         out = _transcription(out, {"model": s["model"]}, caps, "session")
     return _check_language(out, caps)
@@ -226,8 +237,7 @@ def openai_update(settings: Settings, session: Any, caps: Capabilities, audio_st
     out = settings
     if "chunk_ms" in s:  # an omnid extension, as in the Voxt dialect: a cache-aware model's chunk
         out = replace(out, chunk_asked=chunk(s["chunk_ms"]))
-    if "punctuation" in s:  # an omnid extension too: a model's punctuation switch
-        out = replace(out, punctuation=punctuation(s["punctuation"]))
+    out = _switches(out, s)  # omnid extensions too: a model's punctuation and use_itn switches
     if "type" in s and s["type"] != "transcription":
         raise SettingsError("unsupported_session", "session.type", f"session type {shown(s['type'])} is not supported; use transcription")
     if "audio" in s:
@@ -250,7 +260,7 @@ def openai_update(settings: Settings, session: Any, caps: Capabilities, audio_st
     if audio_started and out.rate != settings.rate:
         raise SettingsError("unsupported_session", "session.audio.input.format.rate",
                             "the sample rate cannot change once audio has been sent")
-    changed = (out.chunk_asked, out.punctuation) != (settings.chunk_asked, settings.punctuation)
+    changed = (out.chunk_asked, out.punctuation, out.itn) != (settings.chunk_asked, settings.punctuation, settings.itn)
     return _check_language(out, caps) if changed else out
 
 
@@ -278,9 +288,7 @@ def voxt_view(s: Settings) -> dict[str, Any]:
             "turn_detection": _turns(s.turns)}
     if s.chunk_ms is not None:
         view["chunk_ms"] = s.chunk_ms
-    if s.punctuation is not None:
-        view["punctuation"] = s.punctuation
-    return view
+    return _extensions(s, view)
 
 
 def openai_view(s: Settings, session_id: str) -> dict[str, Any]:
@@ -310,7 +318,9 @@ def openai_beta_view(s: Settings, session_id: str) -> dict[str, Any]:
 
 
 def _extensions(s: Settings, view: dict[str, Any]) -> dict[str, Any]:
-    """omnid's own settings in an OpenAI view, only where the session set them (an OpenAI client never sees one)."""
+    """omnid's own settings in a view, only where the session set them (an OpenAI client never sees one)."""
     if s.punctuation is not None:
         view["punctuation"] = s.punctuation
+    if s.itn is not None:
+        view["use_itn"] = s.itn
     return view

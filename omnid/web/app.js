@@ -129,6 +129,7 @@ async function transcribeFile(file) {
     });
     partial.className = "final";
     partial.textContent = done.text;
+    if (done.segments) showTagged(out, partial, done.segments);
     lastText = done.text;
     const seconds = done.usage && done.usage.seconds ? `${done.usage.seconds.toFixed(1)} s of audio` : "";
     $("file-status").textContent = `${file.name}: ${seconds} in ${((performance.now() - started) / 1000).toFixed(1)} s`;
@@ -137,6 +138,20 @@ async function transcribeFile(file) {
     $("file-status").textContent = "";
     $("file-error").textContent = `${file.name}: ${error.message}`;
   }
+}
+
+// A model that tags what it hears (SenseVoice: language, emotion, events) gives its segments with their tags:
+// each segment's line, its tags beside it.
+function showTagged(out, paragraph, segments) {
+  const lines = segments.map((seg) => {
+    const line = Object.assign(document.createElement("p"), { className: "final tagged" });
+    const tags = [seg.language, seg.emotion, ...(seg.events || [])].filter(Boolean).join(" · ");
+    line.append(Object.assign(document.createElement("span"), { className: "tags", textContent: tags }),
+                document.createTextNode(seg.text));
+    return line;
+  });
+  paragraph.replaceWith(...lines);
+  scrollDown(out);
 }
 
 async function downloadAs(format) {
