@@ -270,20 +270,19 @@ def test_the_stream_does_not_depend_on_how_the_audio_was_split(pieces: list[int]
     assert tokens == whole_tokens and tokens
 
 
-@cache
-def mlx_folder() -> Path:
-    """The golden .nemo converted to the mlx-community layout (omnid.engine.nemotron.convert), once per run."""
-    import tempfile
-
+@pytest.fixture(scope="module")
+def mlx_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The golden .nemo converted to the mlx-community layout (omnid.engine.nemotron.convert), once per module, in
+    pytest's temporary folders (removed with them, not left in /tmp)."""
     from omnid.engine.nemotron.convert import to_mlx_folder
 
-    return to_mlx_folder(GOLDENS / "nemotron.nemo", Path(tempfile.mkdtemp(prefix="nemotron-mlx-")) / "model")
+    return to_mlx_folder(GOLDENS / "nemotron.nemo", tmp_path_factory.mktemp("nemotron-mlx") / "model")
 
 
-def test_the_mlx_community_folder_holds_the_nemos_model() -> None:
+def test_the_mlx_community_folder_holds_the_nemos_model(mlx_folder: Path) -> None:
     """Converted and read back: every tensor the .nemo's (each LSTM layer's two biases arrive summed), the same
     configuration, contexts, prompts and vocabulary."""
-    nemo, folder = load(GOLDENS / "nemotron.nemo"), load(mlx_folder())
+    nemo, folder = load(GOLDENS / "nemotron.nemo"), load(mlx_folder)
     assert folder.dims == nemo.dims and folder.streaming == nemo.streaming and folder.front == nemo.front
     assert folder.vocabulary.pieces == nemo.vocabulary.pieces
     assert set(folder.weights) == set(nemo.weights)
@@ -298,7 +297,7 @@ def test_the_mlx_community_folder_holds_the_nemos_model() -> None:
 
 
 @pytest.mark.parametrize("clip", CLIPS[:3])  # the long clip adds time, not cases: its chunks are the same kind
-def test_mlx_audio_gives_the_reference_streams_tokens(clip: str) -> None:
+def test_mlx_audio_gives_the_reference_streams_tokens(clip: str, mlx_folder: Path) -> None:
     """mlx-audio 0.6.2's nemotron_asr on the same weights (the mlx-community folder, loaded strictly), its own
     front end and streaming loop (the reference server's rule): the tokens of omnid's stream at every chunk size."""
     import mlx.core as mx
@@ -306,7 +305,7 @@ def test_mlx_audio_gives_the_reference_streams_tokens(clip: str) -> None:
     from omnid.engine.nemotron.stream import Stream
     from tests.nemotron_reference import load as load_reference
 
-    reference = load_reference(mlx_folder())
+    reference = load_reference(mlx_folder)
     m = model()
     for right in RIGHTS:
         stream = Stream(m, right + 1, m.streaming.prompts["en-US"])
@@ -341,7 +340,7 @@ def test_a_broken_checkpoint_is_refused_at_load_naming_the_file_and_the_key(
     assert "edited.nemo" in str(refused.value)
 
 
-def test_a_broken_mlx_folder_is_refused_at_load(tmp_path: Path) -> None:
+def test_a_broken_mlx_folder_is_refused_at_load(tmp_path: Path, mlx_folder: Path) -> None:
     """A reflect-padded front end (mlx-audio's default), quantized weights, a missing tensor."""
     import json
     import shutil
@@ -352,7 +351,7 @@ def test_a_broken_mlx_folder_is_refused_at_load(tmp_path: Path) -> None:
 
     def folder(edit_config=None, drop: str | None = None) -> Path:
         out = tmp_path / f"f{len(list(tmp_path.iterdir()))}"
-        shutil.copytree(mlx_folder(), out)
+        shutil.copytree(mlx_folder, out)
         config = json.loads((out / "config.json").read_text())
         if edit_config:
             edit_config(config)

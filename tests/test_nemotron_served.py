@@ -31,7 +31,7 @@ from tests.helpers import (
 )
 from tests.server import ServerThread
 from tests.test_cli import omnid
-from tests.test_nemotron import GOLDENS, audio, mlx_folder, model
+from tests.test_nemotron import GOLDENS, audio, model
 
 NEMOTRON = "nemotron-tiny"
 
@@ -97,7 +97,9 @@ def test_transcribe_takes_the_nemo_and_the_mlx_folder(tmp_path):
     wav = tmp_path / "clip.wav"
     wav.write_bytes(wav_bytes(audio("librispeech")))
     text = model().vocabulary.text([t.id for t in streamed("librispeech")])
-    for checkpoint in (GOLDENS / "nemotron.nemo", mlx_folder()):
+    from omnid.engine.nemotron.convert import to_mlx_folder
+
+    for checkpoint in (GOLDENS / "nemotron.nemo", to_mlx_folder(GOLDENS / "nemotron.nemo", tmp_path / "mlx")):
         out = omnid("transcribe", "--model", str(checkpoint), str(wav))
         assert out.returncode == 0, out.stderr
         assert out.stdout == text + "\n"

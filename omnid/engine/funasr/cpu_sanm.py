@@ -11,27 +11,29 @@ feed-forward with its residual while the block is in cache.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
 from omnid.engine.cpu_math import head_attention_np, relu_rows
-from omnid.engine.numpy_layers import Linear, Norm, as_numpy, blocks, scratch
-
-if TYPE_CHECKING:
-    from omnid.engine.funasr.sanm import SanmLayer
+from omnid.engine.numpy_layers import Linear, Norm, blocks, scratch
 
 
+@dataclass(frozen=True)
 class CpuSanmLayer:
-    def __init__(self, layer: SanmLayer):
-        attn = layer.self_attn
-        self.residual = layer.residual
-        self.norm1, self.norm2 = Norm.of(layer.norm1), Norm.of(layer.norm2)
-        self.qkv, self.out = Linear.of(attn.linear_q_k_v), Linear.of(attn.linear_out)
-        ff = layer.feed_forward
-        self.w_1, self.w_2 = Linear.of(ff.w_1), Linear.of(ff.w_2)
-        self.fsmn = as_numpy(attn.fsmn_block.weight)  # (d, kernel)
-        self.left, self.heads, self.d = attn.left, attn.heads, attn.d_model
+    """One SAN-M layer's weights as numpy views (sanm.py's SanmLayer.on_cpu builds it)."""
+
+    residual: bool  # False in encoders0, whose input is wider than its output
+    norm1: Norm
+    qkv: Linear  # linear_q_k_v
+    out: Linear  # linear_out
+    fsmn: np.ndarray  # (d, kernel): the FSMN memory's depthwise kernel
+    left: int  # zero frames before the memory's window
+    heads: int
+    d: int
+    norm2: Norm
+    w_1: Linear
+    w_2: Linear
 
     def memory(self, v: np.ndarray) -> np.ndarray:
         """The FSMN memory of v (T, d): v plus its depthwise convolution over time, zero-padded."""

@@ -17,17 +17,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import head_attention
-from omnid.engine.numpy_layers import Norm
-
-if TYPE_CHECKING:
-    from omnid.engine.funasr.cpu_sanm import CpuSanmLayer
+from omnid.engine.funasr.cpu_sanm import CpuSanmLayer
+from omnid.engine.numpy_layers import Linear, Norm, as_numpy
 
 
 @dataclass(frozen=True)
@@ -101,6 +98,13 @@ class SanmLayer(nn.Module):
         x = x + a if self.residual else a
         return x + self.feed_forward(self.norm2(x))
 
+    def on_cpu(self) -> CpuSanmLayer:
+        """The layer's weights as numpy views, for the CPU path (cpu_sanm.py)."""
+        a = self.self_attn
+        return CpuSanmLayer(self.residual, Norm.of(self.norm1), Linear.of(a.linear_q_k_v), Linear.of(a.linear_out),
+                            as_numpy(a.fsmn_block.weight), a.left, a.heads, a.d_model, Norm.of(self.norm2),
+                            Linear.of(self.feed_forward.w_1), Linear.of(self.feed_forward.w_2))
+
 
 class SanmEncoder(nn.Module):
     def __init__(self, d: SanmDims):
@@ -129,10 +133,8 @@ class SanmEncoder(nn.Module):
     @cached_property
     def _cpu(self) -> tuple[list[CpuSanmLayer], Norm, list[CpuSanmLayer], Norm]:
         """The numpy layers (cpu_sanm.py), built at the first CPU pass, after the weights are loaded."""
-        from omnid.engine.funasr.cpu_sanm import CpuSanmLayer
-
-        return ([CpuSanmLayer(layer) for layer in [*self.encoders0, *self.encoders]], Norm.of(self.after_norm),
-                [CpuSanmLayer(layer) for layer in self.tp_encoders], Norm.of(self.tp_norm))
+        return ([layer.on_cpu() for layer in [*self.encoders0, *self.encoders]], Norm.of(self.after_norm),
+                [layer.on_cpu() for layer in self.tp_encoders], Norm.of(self.tp_norm))
 
     def _on_cpu(self, x: mx.array) -> mx.array:
         main, after_norm, tp, tp_norm = self._cpu
