@@ -184,17 +184,21 @@ def test_one_blas_runs_single_threaded_inside_and_is_restored_after_overlapping_
     held = numpy_libs if which == "numpy" else [p for p in threads() if p not in numpy_libs]
     assert held
     context = cpu_math.numpy_blas_single_threaded if which == "numpy" else cpu_math.mlx_blas_single_threaded
-    before = threads()
-    outer, inner = context(), context()
-    outer.__enter__()
-    inner.__enter__()
-    inside = threads()
-    outer.__exit__(None, None, None)  # the first out is not the last
-    still = threads()
-    inner.__exit__(None, None, None)
-    assert all(inside[p] == 1 and still[p] == 1 for p in held)
-    assert {p: n for p, n in inside.items() if p not in held} == {p: n for p, n in before.items() if p not in held}
-    assert threads() == before
+    # Both libraries at two threads first, whatever the environment set (the suite runs with one BLAS thread per
+    # process: conftest.py), so that holding one to a single thread is seen and the other's staying is too.
+    with ThreadpoolController().limit(limits=2, user_api="blas"):
+        before = threads()
+        assert all(n == 2 for n in before.values()), before
+        outer, inner = context(), context()
+        outer.__enter__()
+        inner.__enter__()
+        inside = threads()
+        outer.__exit__(None, None, None)  # the first out is not the last
+        still = threads()
+        inner.__exit__(None, None, None)
+        assert all(inside[p] == 1 and still[p] == 1 for p in held)
+        assert {p: n for p, n in inside.items() if p not in held} == {p: n for p, n in before.items() if p not in held}
+        assert threads() == before
 
 
 @pytest.mark.parametrize("rows", [1, 7, 14, 63])
