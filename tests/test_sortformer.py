@@ -276,7 +276,7 @@ def test_a_float16_mlx_checkpoint_is_computed_in_float32(tmp_path, engine):
 
 
 def test_omnid_diarize_prints_one_line_per_turn():
-    wav = GOLDENS / "two_voices_espeak.wav"
+    wav = GOLDENS / "two_voices_espeak.flac"
     out = subprocess.run([sys.executable, "-m", "omnid", "diarize", str(wav), "--model", str(NEMO)],
                          capture_output=True, text=True, check=True, timeout=300).stdout.splitlines()
     engine = SortformerEngine("t", NEMO)

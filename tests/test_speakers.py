@@ -83,13 +83,13 @@ def test_rendered_formats_carry_the_speakers():
     assert "speaker" not in json.loads(render(t, "verbose_json", words=True))["segments"][0]
 
 
-ESPEAK = Path(__file__).parent / "goldens" / "sortformer_tiny" / "two_voices_espeak.wav"
+ESPEAK = Path(__file__).parent / "goldens" / "sortformer_tiny" / "two_voices_espeak.flac"
 
 
 def transcribe(url: str, audio_file: Path, **fields) -> tuple[int, dict]:
     async def go():
         form = aiohttp.FormData()
-        form.add_field("file", audio_file.read_bytes(), filename=audio_file.name, content_type="audio/wav")
+        form.add_field("file", audio_file.read_bytes(), filename=audio_file.name, content_type="audio/flac")
         form.add_field("model", "tiny.en")
         for k, v in fields.items():
             for item in v if isinstance(v, list) else [v]:
