@@ -57,6 +57,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from omnid.audio import decode_audio  # noqa: E402  (the same 16 kHz samples omnid decodes)
 
+sys.path.insert(0, str(ROOT / "scripts"))
+from golden_weights import randomise  # noqa: E402
+
 OUT = ROOT / "tests/goldens/cohere_asr_tiny"
 CORPUS = ROOT / "tests/corpus"
 SEED = 20261206
@@ -308,15 +311,8 @@ def write_model(out: pathlib.Path, ids: dict[str, int], vocab_size: int) -> None
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2))
     cfg = CohereAsrConfig.from_pretrained(out)
     model = CohereAsrForConditionalGeneration(cfg).eval()
-    g = torch.Generator().manual_seed(SEED)
-    with torch.no_grad():  # every tensor random: a mapping mistake cannot hide behind a 1 or 0 init
-        for name, p in model.named_parameters():
-            if p.ndim >= 2:
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p[0].numel()))
-            elif name.endswith("weight") and "norm" in name:
-                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+    g = randomise(model, SEED)  # every tensor random: a mapping mistake cannot hide behind a 1 or 0 init
+    with torch.no_grad():
         for name, b in model.named_buffers():
             if name.endswith("running_mean"):
                 b.copy_(0.1 * torch.randn(b.shape, generator=g))

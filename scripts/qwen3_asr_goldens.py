@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import pathlib
 import sys
@@ -34,6 +33,9 @@ import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+from golden_weights import randomise, shape_qwen3_lm  # noqa: E402
+
 spec = importlib.util.find_spec("qwen_asr")  # import the backend without qwen_asr/__init__.py (gradio, nagisa, ...)
 assert spec is not None and spec.submodule_search_locations is not None
 stub = types.ModuleType("qwen_asr")
@@ -121,30 +123,16 @@ def build_model(ids: dict[str, int], vocab_size: int, aligner_classes: int = 0) 
     cfg.architectures = ["Qwen3ASRForConditionalGeneration"]
     model = Qwen3ASRForConditionalGeneration._from_config(cfg, attn_implementation="eager", torch_dtype=torch.float32)
     model.eval()
-    g = torch.Generator().manual_seed(SEED)
-    with torch.no_grad():  # every tensor random: a mapping mistake cannot hide behind a 1 or 0 init
-        for name, p in model.named_parameters():
-            if p.ndim >= 2:
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p[0].numel()))
-            elif name.endswith("weight") and ("norm" in name or "ln_post" in name):
-                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
-        # Shaping so that greedy decoding ends on its own (errata 3): a plain random model loops forever.
-        t = model.thinker
-        for layer in t.model.layers:
-            layer.mlp.down_proj.weight.mul_(3.0)
+    randomise(model, SEED, ("norm", "ln_post"))  # every tensor random: no mapping mistake hides behind a 1 or 0
+    # Shaping so that greedy decoding ends on its own (errata 3): a plain random model loops forever.
+    t = model.thinker
+    with torch.no_grad():
         for layer in t.audio_tower.layers:
             layer.self_attn.out_proj.weight.mul_(3.0)
-        emb = t.model.embed_tokens.weight
-        direction = emb.mean(0)
-        direction = direction / direction.norm()
-        emb.sub_(emb @ direction[:, None] * direction[None, :])
-        if aligner_classes:
-            return model  # no decoding to end: the aligner classifies its slots in one pass
-        emb[ids["<|endoftext|>"]].mul_(END_SCALE)
-        emb[ids["<|im_end|>"]].mul_(END_SCALE)
-        t.model.norm.weight.mul_(NORM_SCALE)  # sharper logits: fewer near-ties along the greedy paths
+    if aligner_classes:  # no decoding to end: the aligner classifies its slots in one pass
+        shape_qwen3_lm(t, (), 1.0, None)
+        return model
+    shape_qwen3_lm(t, (ids["<|endoftext|>"], ids["<|im_end|>"]), END_SCALE, NORM_SCALE)
     assert t.lm_head.weight.data_ptr() == t.model.embed_tokens.weight.data_ptr()  # tied
     return model
 

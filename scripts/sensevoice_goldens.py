@@ -36,13 +36,11 @@ output (first and last 4 frames) of one case per clip, for the shared SAN-M code
 
 from __future__ import annotations
 
-import io
 import json
 import pathlib
 import re
 import shutil
 import sys
-import tarfile
 import tempfile
 
 import numpy as np
@@ -58,6 +56,9 @@ OUT = ROOT / "tests" / "goldens" / "sensevoice_tiny"
 CORPUS = ROOT / "tests" / "corpus"
 sys.path.insert(0, str(ROOT))
 from omnid.audio import decode_audio  # noqa: E402  (the same 16 kHz samples omnid decodes)
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from golden_weights import pack  # noqa: E402
 
 VOCAB = 25055
 BPE = "chn_jpn_yue_eng_ko_spectok.bpe.model"
@@ -184,17 +185,6 @@ def write_folder(folder: pathlib.Path) -> list[int]:
     return trained
 
 
-def pack(folder: pathlib.Path, out: pathlib.Path) -> None:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:xz", preset=9) as tar:
-        for f in sorted(folder.iterdir()):
-            info = tar.gettarinfo(str(f), arcname=f"SenseVoiceSmall/{f.name}")
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            with f.open("rb") as fh:
-                tar.addfile(info, fh)
-    out.write_bytes(buf.getvalue())
-
-
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     captured: list[list[int]] = []
@@ -209,7 +199,7 @@ def main() -> None:
         folder = pathlib.Path(tmp) / "SenseVoiceSmall"
         folder.mkdir()
         write_folder(folder)
-        pack(folder, OUT / "SenseVoiceSmall.tar.xz")
+        pack(folder, OUT / "SenseVoiceSmall.tar.xz", "SenseVoiceSmall")
         automodel = AutoModel(model=str(folder), disable_update=True, device="cpu", frontend_conf={"dither": 0.0})
         encoder_out: dict[str, np.ndarray] = {}
         hook = automodel.model.encoder.register_forward_hook(

@@ -303,6 +303,12 @@ def sensevoice_goldens() -> dict:
 def unpack_sensevoice(dest: Path) -> Path:
     """The tiny SenseVoice checkpoint (kept packed: its zero rows and filler pieces pack from 2 MB to 64 kB),
     unpacked under ``dest``: the folder funasr read, byte for byte."""
-    with tarfile.open(SENSEVOICE / "SenseVoiceSmall.tar.xz") as tar:
+    return unpacked(SENSEVOICE / "SenseVoiceSmall.tar.xz", dest)
+
+
+def unpacked(archive: Path, dest: Path) -> Path:
+    """A golden checkpoint folder kept as one .tar.xz, unpacked under ``dest``: the folder it holds."""
+    with tarfile.open(archive) as tar:
         tar.extractall(dest, filter="data")
-    return dest / "SenseVoiceSmall"
+        (top,) = {Path(name).parts[0] for name in tar.getnames()}
+    return dest / top

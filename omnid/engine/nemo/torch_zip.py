@@ -133,6 +133,20 @@ class _Unpickler(pickle.Unpickler):
         return self.storages[key]
 
 
+# Training tools save the state dict under one of these keys (funasr's load_pretrained_model unwraps them: Fun-ASR-Nano's
+# model.pt is {"state_dict": {...}}).
+WRAPPERS = ("state_dict", "model")
+
+
+def _unwrapped(state: object) -> object:
+    """A state dict saved inside a one-key dict (``{"state_dict": {...}}``), as it is; anything else unchanged."""
+    if isinstance(state, dict) and len(state) == 1:
+        (key, inner), = state.items()
+        if key in WRAPPERS and isinstance(inner, dict):
+            return inner
+    return state
+
+
 def read_state_dict(source: Path | IO[bytes], name: str = "", max_bytes: int = MAX_BYTES) -> dict[str, np.ndarray]:
     """The tensors of a torch zip checkpoint, by name, as numpy arrays (little-endian, as torch writes them). At most
     ``max_bytes`` of storages are read (a caller that knows the model's size passes a bound from it), and every
@@ -148,6 +162,7 @@ def read_state_dict(source: Path | IO[bytes], name: str = "", max_bytes: int = M
             prefix = pickles[0][: -len("data.pkl")]
             with archive.open(pickles[0]) as f:
                 state = _Unpickler(f, archive, prefix, label, max_bytes).load()
+            state = _unwrapped(state)
             if not isinstance(state, dict) or not all(isinstance(v, _Tensor) for v in state.values()):
                 raise CheckpointError(f"{label}: expected a state dict of tensors")
             # each storage freed once its tensor is built (nothing else holds it): one copy of the weights held
