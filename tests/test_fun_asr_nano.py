@@ -16,8 +16,10 @@ import pytest
 from omnid.audio import decode_audio
 from omnid.engine.funasr.adaptor import Adaptor, AdaptorDims, slots
 from omnid.engine.funasr.frontend import FrontEnd
+from omnid.engine.funasr.llm_prompt import PLACEHOLDER, prompt_ids
 from omnid.engine.funasr.sanm import SanmDims, SanmEncoder, mlx_weights
 from omnid.engine.nemo.torch_zip import read_state_dict
+from omnid.engine.qwen3.tokenizer import ChatTokenizer
 from omnid.engine.yaml_file import read_yaml_file
 from tests.helpers import CORPUS, ROOT, ends_within, unpacked
 
@@ -77,3 +79,17 @@ def test_slots_are_funasrs_fake_token_len() -> None:
         return (olens - 1) // 2 + 1
 
     assert all(slots(t) == funasr(t) for t in range(1, 3000))
+
+
+@pytest.mark.parametrize(("clip", "run"), [(c, r) for c, case in META["cases"].items() for r in case["runs"]])
+def test_the_prompt_ids_are_funasrs(folder: Path, clip: str, run: str) -> None:
+    """funasr's chat prompt for each option set (language as the model names it, ITN on or off, hotwords), with
+    the audio slots the clip's features give, token for token."""
+    language, itn, hotwords = run.split("/")
+    audio = np.concatenate([decode_audio(CORPUS / p) for p in META["cases"][clip]["paths"]])
+    features = FrontEnd(np.zeros(560, np.float32), np.ones(560, np.float32)).features(audio)
+    ids, first = prompt_ids(ChatTokenizer.from_folder(folder / "Qwen3-0.6B"), slots(len(features)),
+                            None if language == "none" else language, itn == "1",
+                            [w for w in hotwords.split(",") if w])
+    assert ids == META["cases"][clip]["runs"][run]["prompt_ids"]
+    assert ids[first] == PLACEHOLDER and ids[first - 1] != PLACEHOLDER

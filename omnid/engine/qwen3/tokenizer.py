@@ -38,64 +38,89 @@ class SpecialIds:
     asr_text: int
 
 
-class QwenTokenizer:
+class ChatTokenizer:
+    """A Qwen chat model's tokenizer (text in, ids out and back), its chat tokens checked: Fun-ASR-Nano's Qwen3."""
+
     def __init__(self, tokenizer: Tokenizer, added: dict[int, str], size: int):
         self._tok = tokenizer
         self.added = added
         self.size = size  # ids at or past this have no token (the embedding may have more rows)
-        ids = {content: i for i, content in added.items()}
+        self.by_content = {content: i for i, content in added.items()}
+        for needed in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
+            self.special(needed)
+
+    def special(self, content: str) -> int:
         try:
-            self.ids = SpecialIds(
-                endoftext=ids["<|endoftext|>"], im_start=ids["<|im_start|>"], im_end=ids["<|im_end|>"],
-                audio_start=ids["<|audio_start|>"], audio_end=ids["<|audio_end|>"], audio_pad=ids["<|audio_pad|>"],
-                asr_text=ids["<asr_text>"],
-            )
-        except KeyError as exc:
-            raise CheckpointError(f"tokenizer_config.json: added token {exc.args[0]} missing") from None
+            return self.by_content[content]
+        except KeyError:
+            raise CheckpointError(f"tokenizer_config.json: added token {content!r} missing") from None
 
     @classmethod
-    def from_folder(cls, folder: Path) -> QwenTokenizer:
-        vocab_path, merges_path, config_path = tokenizer_files(folder)
-        try:
-            vocab = json.loads(vocab_path.read_text(encoding="utf-8"))
-            lines = merges_path.read_text(encoding="utf-8").splitlines()
-            config = json.loads(config_path.read_text(encoding="utf-8"))
-        except FileNotFoundError as exc:
-            raise CheckpointError(f"{exc.filename}: missing (Qwen3-ASR's tokenizer is vocab.json, merges.txt and "
-                                  "tokenizer_config.json)") from None
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"{folder}: unreadable tokenizer file ({exc})") from exc
-        pairs = [line.split(" ") for line in lines if line and not line.startswith("#version")]
-        if any(len(p) != 2 for p in pairs):
-            raise CheckpointError(f"{merges_path}: a merge line is not two tokens")
-        merges = [(a, b) for a, b in pairs]
-        bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
-        tok = Tokenizer(bpe)
-        tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(SPLIT), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
-        tok.decoder = decoders.ByteLevel()
-        decoder = config.get("added_tokens_decoder") or {}
-        added = {int(i): entry["content"] for i, entry in decoder.items()}
-        special = {int(i) for i, entry in decoder.items() if entry.get("special", True)}
-        if not added or min(added) < len(vocab):
-            raise CheckpointError(f"{config_path}: added_tokens_decoder must number its tokens after vocab.json's "
-                                  f"{len(vocab)}")
-        for i in range(len(vocab), max(added) + 1):
-            content = added.get(i, f"<|omnid_unused_{i}|>")
-            token = AddedToken(content, special=i in special or i not in added, normalized=False)
-            if token.special:
-                tok.add_special_tokens([token])
-            else:
-                tok.add_tokens([token])
-            if tok.token_to_id(content) != i:
-                raise CheckpointError(f"{config_path}: added token {content!r} did not get id {i}")
-        return cls(tok, added, max(added) + 1)
+    def from_folder(cls, folder: Path) -> ChatTokenizer:
+        return cls(*assemble(folder))
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         return self._tok.decode([i for i in ids if 0 <= i < self.size], skip_special_tokens=skip_special)
+
+
+class QwenTokenizer(ChatTokenizer):
+    """Qwen3-ASR's: the chat tokens and its audio and ``<asr_text>`` tokens."""
+
+    def __init__(self, tokenizer: Tokenizer, added: dict[int, str], size: int):
+        super().__init__(tokenizer, added, size)
+        s = self.special
+        self.ids = SpecialIds(
+            endoftext=s("<|endoftext|>"), im_start=s("<|im_start|>"), im_end=s("<|im_end|>"),
+            audio_start=s("<|audio_start|>"), audio_end=s("<|audio_end|>"), audio_pad=s("<|audio_pad|>"),
+            asr_text=s("<asr_text>"),
+        )
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> QwenTokenizer:
+        return cls(*assemble(folder))
+
+
+def assemble(folder: Path) -> tuple[Tokenizer, dict[int, str], int]:
+    """The byte-level BPE of a folder's vocab.json, merges.txt and tokenizer_config.json's added tokens: the
+    tokenizer, the added tokens by id, and the first id past them."""
+    vocab_path, merges_path, config_path = tokenizer_files(folder)
+    try:
+        vocab = json.loads(vocab_path.read_text(encoding="utf-8"))
+        lines = merges_path.read_text(encoding="utf-8").splitlines()
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"{exc.filename}: missing (a Qwen tokenizer is vocab.json, merges.txt and "
+                              "tokenizer_config.json)") from None
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{folder}: unreadable tokenizer file ({exc})") from exc
+    pairs = [line.split(" ") for line in lines if line and not line.startswith("#version")]
+    if any(len(p) != 2 for p in pairs):
+        raise CheckpointError(f"{merges_path}: a merge line is not two tokens")
+    merges = [(a, b) for a, b in pairs]
+    bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
+    tok = Tokenizer(bpe)
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    decoder = config.get("added_tokens_decoder") or {}
+    added = {int(i): entry["content"] for i, entry in decoder.items()}
+    special = {int(i) for i, entry in decoder.items() if entry.get("special", True)}
+    if not added or min(added) < len(vocab):
+        raise CheckpointError(f"{config_path}: added_tokens_decoder must number its tokens after vocab.json's "
+                              f"{len(vocab)}")
+    for i in range(len(vocab), max(added) + 1):
+        content = added.get(i, f"<|omnid_unused_{i}|>")
+        token = AddedToken(content, special=i in special or i not in added, normalized=False)
+        if token.special:
+            tok.add_special_tokens([token])
+        else:
+            tok.add_tokens([token])
+        if tok.token_to_id(content) != i:
+            raise CheckpointError(f"{config_path}: added token {content!r} did not get id {i}")
+    return tok, added, max(added) + 1
