@@ -20,7 +20,8 @@ float32). The config names the LLM folder relatively; funasr is given its absolu
 look up on a model hub).
 
 goldens.json: per case and option set (language, itn, hotwords) the prompt's ids as funasr builds them (its audio
-slots hold 0, overwritten by the adaptor's rows), the generated ids (ending on <|im_end|>) and the text;
+slots hold 0, overwritten by the adaptor's rows), the generated ids (ending on <|im_end|>), each step's margin
+between the best and second-best logit, and the text;
 goldens.npz: the adaptor's output (first and last 4 rows, and the sum) of each case under the first option set.
 """
 
@@ -138,9 +139,13 @@ def main() -> None:
 
         def recorded(*args, **kwargs):  # type: ignore[no-untyped-def]
             captured["inputs_embeds"] = kwargs["inputs_embeds"][0].float().numpy()
-            out = generate(*args, **kwargs)
-            captured["ids"] = out[0].tolist()
-            return out
+            out = generate(*args, **kwargs, output_scores=True, return_dict_in_generate=True)
+            captured["ids"] = out.sequences[0].tolist()
+            # each step's margin between the best and the second-best logit: where it is small, another
+            # implementation's float32 rounding may pick the other token (a near tie, not a mistake)
+            top2 = [torch.topk(s[0].float(), 2).values for s in out.scores]
+            captured["margins"] = [round(float(t[0] - t[1]), 6) for t in top2]
+            return out.sequences
 
         nano.llm.generate = recorded
         adaptor_fwd = nano.audio_adaptor.forward
@@ -170,7 +175,7 @@ def main() -> None:
                                          hotwords=hotwords, max_length=MAX_LENGTH, disable_pbar=True)
                 key = f"{language or 'none'}/{int(itn)}/{','.join(hotwords)}"
                 runs[key] = {"prompt_ids": captured["prompt_ids"], "ids": captured["ids"], "text": res[0]["text"],
-                             "prompt_rows": int(captured["inputs_embeds"].shape[0])}
+                             "margins": captured["margins"], "prompt_rows": int(captured["inputs_embeds"].shape[0])}
                 if (language, itn, hotwords) == OPTIONS[0]:
                     a = captured["adaptor"]
                     arrays[f"{clip}/adaptor_first"], arrays[f"{clip}/adaptor_last"] = a[:4], a[-4:]

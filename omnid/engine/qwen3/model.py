@@ -279,37 +279,91 @@ class TextDecoder(nn.Module):
         return self.norm(x)
 
 
-class Qwen3ASR(nn.Module):
-    def __init__(self, audio: AudioDims, text: TextDims):
-        super().__init__()
-        self.audio = AudioEncoder(audio)
-        self.text = TextDecoder(text)
+class TextModel(nn.Module):
+    """What a model built on a Qwen3 text decoder offers on it, whatever the decoder's name in its checkpoint
+    (``text`` in Qwen3-ASR's, ``model`` in a causal LM's): caches, the head (tied to the embedding, or
+    ``lm_head``), token embeddings, and a prompt's embeddings with audio rows in its slots."""
+
+    tied: bool
+
+    def head(self, text: TextDims) -> None:
+        """The output head: the embedding itself when tied, else its own ``lm_head``."""
         if not text.tied:
             self.lm_head = nn.Linear(text.hidden_size, text.head_rows, bias=False)
         self.tied = text.tied
 
+    @property
+    def decoder(self) -> TextDecoder:
+        raise NotImplementedError
+
     def new_caches(self) -> list[KVCache]:
-        return [KVCache() for _ in self.text.layers]
+        return [KVCache() for _ in self.decoder.layers]
 
     def logits(self, hidden: mx.array) -> mx.array:
         if self.tied:
-            return self.text.embed_tokens.as_linear(hidden)
+            return self.decoder.embed_tokens.as_linear(hidden)
         return self.lm_head(hidden)
 
     def token_embeddings(self, tokens: mx.array) -> mx.array:
         """Float32 rows of the embedding: a quantized one in the floating-point modes (mxfp4, nvfp4, mxfp8) gives
         bfloat16 (its values exact there), widened so that the network computes in float32 whatever the mode."""
-        return self.text.embed_tokens(tokens).astype(mx.float32)
+        return self.decoder.embed_tokens(tokens).astype(mx.float32)
 
     def embed(self, ids: list[int], audio_pad: int, audio: mx.array | None) -> mx.array:
         """Prompt embeddings with the audio embeddings in the ``<|audio_pad|>`` slots, in order."""
-        x = self.token_embeddings(mx.array(ids, dtype=mx.int32))
         slots = [i for i, t in enumerate(ids) if t == audio_pad]
         if audio is None or not slots:
-            return x[None]
+            return self.token_embeddings(mx.array(ids, dtype=mx.int32))[None]
         if len(slots) != audio.shape[0]:
             raise ValueError(f"{len(slots)} audio slots in the prompt for {audio.shape[0]} audio embeddings")
-        first, last = slots[0], slots[-1] + 1
-        if last - first != len(slots):
+        if slots[-1] + 1 - slots[0] != len(slots):
             raise ValueError("audio slots must be contiguous")
-        return mx.concatenate([x[:first], audio.astype(x.dtype), x[last:]])[None]
+        return self.embed_at(ids, slots[0], audio)
+
+    def embed_at(self, ids: list[int], first: int, audio: mx.array) -> mx.array:
+        """Prompt embeddings with ``audio``'s rows in place of the ids from ``first`` on (as many as it has)."""
+        x = self.token_embeddings(mx.array(ids, dtype=mx.int32))
+        return mx.concatenate([x[:first], audio.astype(x.dtype), x[first + audio.shape[0] :]])[None]
+
+
+class Qwen3ASR(TextModel):
+    def __init__(self, audio: AudioDims, text: TextDims):
+        super().__init__()
+        self.audio = AudioEncoder(audio)
+        self.text = TextDecoder(text)
+        self.head(text)
+
+    @property
+    def decoder(self) -> TextDecoder:
+        return self.text
+
+
+class CausalLM(TextModel):
+    """A Qwen3 causal language model under transformers' Qwen3ForCausalLM names (``model.*``; ``lm_head`` unless
+    tied): Fun-ASR-Nano's decoder."""
+
+    def __init__(self, text: TextDims):
+        super().__init__()
+        self.model = TextDecoder(text)
+        self.head(text)
+
+    @property
+    def decoder(self) -> TextDecoder:
+        return self.model
+
+
+def greedy(lm: TextModel, x: mx.array, stop: set[int], budget: int, check: Callable[[], None] = lambda: None
+           ) -> tuple[list[int], str]:
+    """Greedy decoding after the prompt embeddings ``x`` (1, n, hidden): the tokens (a stop token ends it and is not
+    kept), and "stop" or "length"."""
+    caches = lm.new_caches()
+    logits = lm.logits(lm.decoder(x, caches)[:, -1])
+    tokens: list[int] = []
+    while len(tokens) < budget:
+        check()
+        token = int(np.asarray(mx.argmax(logits, axis=-1))[0])
+        if token in stop:
+            return tokens, "stop"
+        tokens.append(token)
+        logits = lm.logits(lm.decoder(lm.token_embeddings(mx.array([[token]], dtype=mx.int32)), caches)[:, -1])
+    return tokens, "length"
