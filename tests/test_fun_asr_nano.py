@@ -15,11 +15,14 @@ import numpy as np
 import pytest
 
 from omnid.audio import decode_audio
+from omnid.engine.fun_asr_nano.engine import FunAsrNanoEngine, hotwords
 from omnid.engine.funasr.adaptor import Adaptor, AdaptorDims, slots
 from omnid.engine.funasr.frontend import FrontEnd
 from omnid.engine.funasr.llm_prompt import PLACEHOLDER, prompt_ids
 from omnid.engine.funasr.sanm import SanmDims, SanmEncoder, mlx_weights
+from omnid.engine.kinds import recognise
 from omnid.engine.nemo.torch_zip import read_state_dict
+from omnid.engine.options import TranscribeOptions
 from omnid.engine.qwen3.checkpoint import TextDims
 from omnid.engine.qwen3.model import CausalLM, greedy
 from omnid.engine.qwen3.tokenizer import ChatTokenizer
@@ -150,3 +153,32 @@ def test_most_golden_runs_are_decided_without_a_near_tie() -> None:
     """So that the decoding test above compares whole sequences, not prefixes, almost everywhere."""
     runs = [r for case in META["cases"].values() for r in case["runs"].values()]
     assert sum(all(m >= NEAR_TIE for m in r["margins"]) for r in runs) >= len(runs) - 2
+
+
+@pytest.fixture(scope="module")
+def engine(folder: Path) -> FunAsrNanoEngine:
+    return FunAsrNanoEngine("nano-tiny", folder)
+
+
+def test_the_folder_is_recognised_and_the_engine_gives_funasrs_texts(folder: Path, engine: FunAsrNanoEngine) -> None:
+    """The release's layout as the production loader reads it (the kind told by its files), and the engine's
+    transcript for every golden run a request can ask for (no language, or en: 英文; zh asks for no language, as
+    the reference server maps it, so the goldens' 中文 runs are the prompt test's) decided without a near tie:
+    funasr's text, stripped."""
+    assert recognise(folder).name == "fun_asr_nano"
+    names = {"none": None, "英文": "en"}
+    for clip, case in META["cases"].items():
+        audio = np.concatenate([decode_audio(CORPUS / p) for p in case["paths"]])
+        for run, want in case["runs"].items():
+            if min(want["margins"]) < NEAR_TIE or run.split("/")[0] not in names:
+                continue
+            language, itn, words = run.split("/")
+            opts = TranscribeOptions(language=names[language], itn=itn == "1", prompt=words.replace(",", ", "),
+                                     max_new_tokens=META["max_length"])
+            out = engine.transcribe(audio, opts)
+            assert out.text == want["text"].strip(), (clip, run)
+            assert out.generated_tokens == len(want["ids"]) - 1 and out.finish_reason == "stop"
+
+
+def test_a_requests_prompt_is_its_hotwords() -> None:
+    assert hotwords(" 阿里巴巴, omnid ,, ") == ["阿里巴巴", "omnid"] and hotwords(None) == []

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -27,14 +26,15 @@ import numpy as np
 import structlog
 
 from omnid.audio import SAMPLE_RATE
-from omnid.engine.interface import Capabilities, Hypothesis
+from omnid.engine.clips import ClipEngine
+from omnid.engine.interface import Capabilities
 from omnid.engine.nemo.tokenizer import SPACE
 from omnid.engine.options import TranscribeOptions
 from omnid.engine.sensevoice.checkpoint import load
 from omnid.engine.sensevoice.model import FRAME_S, LANGUAGE_ROWS, Decoded, SenseVoice
 from omnid.engine.sensevoice.options import SenseVoiceOptions
 from omnid.engine.sensevoice.tags import Tagged, rich_text
-from omnid.engine.transcript import Segment, Transcript, Word, after_prefix
+from omnid.engine.transcript import Segment, Word
 
 log = structlog.get_logger(__name__)
 Check = Callable[[], None]
@@ -43,12 +43,13 @@ HOP = 160
 MAX_TOKENS = 4096  # what a request's max_new_tokens is held to (CTC has no token budget)
 
 
-class SenseVoiceEngine:
+class SenseVoiceEngine(ClipEngine):
     kind = "sensevoice"
 
     def __init__(self, model_id: str, path: Path, pins: Mapping[str, str] | None = None,
                  options: SenseVoiceOptions = SenseVoiceOptions()):
         self.model_id, self.options = model_id, options
+        self.max_clip_s = options.max_clip_s
         started = time.perf_counter()
         ckpt = load(Path(path), dict(pins) if pins else None)
         self.model = SenseVoice(ckpt.dims)
@@ -92,10 +93,10 @@ class SenseVoiceEngine:
 
     # --- transcription ---------------------------------------------------------------------------------------------
 
-    def _clip(self, audio: np.ndarray, first: int, opts: TranscribeOptions, seg_id: int,
-              check: Check) -> tuple[Segment | None, str, int]:
+    def clip(self, audio: np.ndarray, first: int, opts: TranscribeOptions, seg_id: int,
+              check: Check) -> tuple[Segment | None, int, str]:
         """One clip (starting at sample ``first`` of the file) -> its segment (None when it says nothing), its
-        text and its token count."""
+        token count, "stop"."""
         check()
         decoded = self.decode(audio, self.language(opts), self.itn(opts), self.options.ban_emo_unk)
         raw = self.raw_text(decoded.ids)
@@ -103,11 +104,11 @@ class SenseVoiceEngine:
         tags = Tagged.of(raw)
         start, end = first / SAMPLE_RATE, (first + len(audio)) / SAMPLE_RATE
         if not text:
-            return None, "", len(decoded.ids)
+            return None, len(decoded.ids), "stop"
         words = self._words(decoded, start, end) if opts.word_timestamps else None
         seg = Segment(seg_id, first // HOP, start, end, text, list(decoded.ids), 0.0, 0.0, 0.0, 0.0, words,
                       tags.language, emotion=tags.emotion, events=tags.events)
-        return seg, text, len(decoded.ids)
+        return seg, len(decoded.ids), "stop"
 
     def _words(self, decoded: Decoded, start: float, end: float) -> list[Word]:
         """Words from the greedy runs of their tokens (tags skipped): a word starts at a piece with ``▁``."""
@@ -124,53 +125,3 @@ class SenseVoiceEngine:
                 w = words[-1]
                 words[-1] = Word(w.word + piece.replace(SPACE, " "), w.start, t1, 1.0)
         return [w for w in words if w.word]
-
-    def _spans(self, length: int) -> list[tuple[int, int]]:
-        """Audio past max_clip_s with no clips given: cut at max_clip_s (the daemon's VAD cuts it better)."""
-        step = max(1, int(self.options.max_clip_s * SAMPLE_RATE))
-        return [(a, min(a + step, length)) for a in range(0, max(length, 1), step)]
-
-    def transcribe(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
-                   on_segment: Callable[[Segment], None] | None = None,
-                   on_progress: Callable[[float, float], None] | None = None) -> Transcript:
-        """16 kHz mono float32 -> transcript: one decode up to max_clip_s, else one per max_clip_s."""
-        return self.transcribe_clips(np.asarray(audio, np.float32), self._spans(len(audio)), opts, check, on_segment,
-                                     on_progress)
-
-    def transcribe_clips(self, audio: np.ndarray, clips: list[tuple[int, int]],
-                         opts: TranscribeOptions = TranscribeOptions(), check: Check = lambda: None,
-                         on_segment: Callable[[Segment], None] | None = None,
-                         on_progress: Callable[[float, float], None] | None = None) -> Transcript:
-        """Only the given sample spans (the speech a VAD found), each decoded on its own (those past max_clip_s cut
-        at it), on the file's timeline; their texts joined with a space, as funasr joins its VAD segments."""
-        duration = len(audio) / SAMPLE_RATE
-        step = max(1, int(self.options.max_clip_s * SAMPLE_RATE))
-        segments: list[Segment] = []
-        texts: list[str] = []
-        generated = 0
-        for first, last in clips:
-            for a in range(first, last, step):
-                b = min(a + step, last)
-                seg, text, count = self._clip(audio[a:b], a, opts, len(segments), check)
-                generated += count
-                if seg is not None:
-                    texts.append(text)
-                    if on_segment is not None:
-                        on_segment(replace(seg, text=" " + seg.text) if segments else seg)
-                    segments.append(seg)
-                if on_progress is not None:
-                    on_progress(b / SAMPLE_RATE, duration)
-        language = next((s.language for s in segments if s.language), None) or opts.language or ""
-        return Transcript(" ".join(texts), segments, language, duration, generated, "stop")
-
-    def preview(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), prefix: str = "",
-                check: Check = lambda: None) -> str:
-        """The clip's text; with ``prefix`` (words a realtime final has already sent) a text that starts with it."""
-        return after_prefix(self.transcribe(audio, opts, check).text, prefix)
-
-    def redecode(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
-                 check: Check = lambda: None, final: bool = False) -> Hypothesis:
-        """A live preview: the whole open segment decoded again (one encoder pass, no autoregression)."""
-        transcript = self.transcribe(audio, opts, check)
-        return Hypothesis(text=transcript.text, raw=transcript.text, decodes=(previous.decodes if previous else 0) + 1,
-                          language=transcript.language or None)
