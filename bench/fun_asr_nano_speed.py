@@ -15,11 +15,11 @@ peak RSS; omnid's speed ratio (funasr's total / omnid's; target >= 1.5x).
     .venv/bin/python bench/fun_asr_nano_speed.py             # medians of 3
     .venv/bin/python bench/fun_asr_nano_speed.py --runs 1    # a first check
 
-Measured (2026-12-07, this 2-core x86-64 VM, load average 1.0-1.8; mlx 0.32.4 with OpenBLAS; torch 2.13.0+cpu,
-2 threads; medians of 3, 189 s): omnid load 7.9 s, total 18.45 s (RTF 0.92), peak RSS 7121 MiB; funasr load 16.8 s,
-total 10.62 s (RTF 0.53), 7545 MiB; 64 tokens on both sides. omnid 0.58x funasr's speed (target >= 1.5x: not met)
-in 0.94x its memory: its decode steps run in MLX one token at a time (Qwen3-ASR's numpy decoder step, faster on a
-CPU, is not yet used for Fun-ASR-Nano), and the weights are widened to float32 beside the read state dict.
+Measured (2026-12-07, this 2-core x86-64 VM, load average 1.4-1.8; mlx 0.32.4 with OpenBLAS; torch 2.13.0+cpu,
+2 threads; medians of 3; 64 tokens on both sides), two sweeps of 3 after omnid's decoder moved to Qwen3-ASR's numpy
+step on the CPU: omnid total 11.26 s and 12.05 s (RTF 0.56, 0.60), funasr 11.26 s and 13.11 s: **1.00x and 1.09x
+funasr's speed** (target >= 1.5x: not met), load 7.6-8.7 s against 17.7-22.2 s, peak RSS 7120 MiB against 7530
+(0.95x). Before that move (MLX's one-token steps): 18.45 s against 10.62 s, 0.58x.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 the speech clips the daemon's VAD found, or is cut at ``max_clip_s``) decoded as funasr's ``FunASRNano.inference``
 decodes one input: FunASR's front end (no normalisation), the SAN-M encoder, the adaptor, the first slots of its
 rows in the chat prompt (engine/funasr/llm_prompt.py), the Qwen3 decoder greedy to ``<|im_end|>``
-(engine/qwen3/model.py); the text as funasr writes it (specials skipped, ``/sil`` and runs of whitespace one space).
+(engine/qwen3/model.py; on MLX's CPU device Qwen3-ASR's numpy decoder, engine/qwen3/cpu_decoder.py); the text
+as funasr writes it (specials skipped, ``/sil`` and runs of whitespace one space).
 
 Options: a request's language (zh, en, ja: the prompt asks for 中文, 英文, 日文; any other, or none, asks for none, and
 the model writes what it hears, as the reference server does with zh and auto), ``itn`` (a request's ``use_itn``,
@@ -17,6 +18,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping
+from functools import cached_property
 from pathlib import Path
 
 import mlx.core as mx
@@ -32,6 +34,7 @@ from omnid.engine.funasr.llm_prompt import prompt_ids
 from omnid.engine.funasr.sanm import SanmEncoder
 from omnid.engine.interface import Capabilities
 from omnid.engine.options import TranscribeOptions
+from omnid.engine.qwen3.cpu_decoder import NumpyDecoder, greedy_numpy
 from omnid.engine.qwen3.model import CausalLM, greedy
 from omnid.engine.transcript import Segment
 
@@ -65,6 +68,7 @@ class FunAsrNanoEngine(ClipEngine):
         ckpt = load(Path(path), dict(pins) if pins else None)
         self.front, self.tokenizer, self.low_frame_rate = ckpt.front, ckpt.tokenizer, ckpt.low_frame_rate
         self.encoder, self.adaptor, self.lm = SanmEncoder(ckpt.encoder), Adaptor(ckpt.adaptor), CausalLM(ckpt.text)
+        self.text = ckpt.text
         for module, weights, label in ((self.encoder, ckpt.encoder_weights, "audio_encoder"),
                                        (self.adaptor, ckpt.adaptor_weights, "audio_adaptor"),
                                        (self.lm, ckpt.llm_weights, "llm")):
@@ -101,7 +105,15 @@ class FunAsrNanoEngine(ClipEngine):
         ids, first = prompt_ids(self.tokenizer, n, LANGUAGE_NAMES.get(language or "") if language != "zh" else None,
                                 itn, words or [])
         check()
-        return greedy(self.lm, self.lm.embed_at(ids, first, rows[:n]), {self.end}, budget, check)
+        x = self.lm.embed_at(ids, first, rows[:n])
+        if self.cpu_decoder is not None:  # on MLX's CPU device: Qwen3-ASR's numpy decoder (engine/qwen3/cpu_decoder.py)
+            return greedy_numpy(self.cpu_decoder, np.array(x[0], np.float32), {self.end}, budget, check)
+        return greedy(self.lm, x, {self.end}, budget, check)
+
+    @cached_property
+    def cpu_decoder(self) -> NumpyDecoder | None:
+        """The decoder in numpy on the CPU backend (decided once, at the first decode); None on Metal."""
+        return NumpyDecoder(self.lm, self.text) if mx.default_device() == mx.cpu else None
 
     def clip(self, audio: np.ndarray, first: int, opts: TranscribeOptions, seg_id: int,
               check: Check) -> tuple[Segment | None, int, str]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from omnid.engine.cpu_math import CPU_THREADS, by_rows, by_share
 from omnid.engine.qwen3.checkpoint import TextDims
-from omnid.engine.qwen3.model import Qwen3ASR
+from omnid.engine.qwen3.model import TextModel
 
 # Prompt positions per prefill step: its products' activations are BLOCK x 3072 floats (12 MB at the 0.6B size);
 # OpenBLAS ran a 0.6B prefill's products over 811 rows in blocks of 256 at a fraction of its speed over all of them.
@@ -101,8 +101,8 @@ class NumpyDecoder:
     returns their next logits, the rows' linear maps in one product each (a step reads every weight once, however
     many sequences take it), each row's attention over its own keys."""
 
-    def __init__(self, model: Qwen3ASR, dims: TextDims):
-        t = model.text
+    def __init__(self, model: TextModel, dims: TextDims):
+        t = model.decoder
         self.eps, self.heads, self.kv_heads, self.head_dim = dims.rms_norm_eps, dims.heads, dims.kv_heads, dims.head_dim
         theta, head_dim = dims.rope_theta, dims.head_dim
         self.layers = [
@@ -229,3 +229,19 @@ class NumpyDecoder:
             for kv in range(self.kv_heads):
                 head(kv)
         return out.reshape(n, -1) @ w.o.T
+
+
+def greedy_numpy(decoder: NumpyDecoder, x: np.ndarray, stop: set[int], budget: int,
+                 check: Callable[[], None] = lambda: None) -> tuple[list[int], str]:
+    """model.greedy on the CPU: the prompt embeddings ``x`` (positions, hidden) through the numpy decoder, then one
+    step per token (a stop token ends it and is not kept)."""
+    row, logits = decoder.prefill(x, budget + 1, check)
+    tokens: list[int] = []
+    while len(tokens) < budget:
+        check()
+        token = int(np.argmax(logits))
+        if token in stop:
+            return tokens, "stop"
+        tokens.append(token)
+        logits = decoder.step([token], [row])[0]
+    return tokens, "length"
