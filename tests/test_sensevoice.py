@@ -186,21 +186,17 @@ def test_broken_folders_are_refused_naming_the_file_and_key(folder: Path, tmp_pa
 
 
 def test_the_mlx_community_layout_loads_the_same_model(folder: Path, tmp_path: Path) -> None:
-    """mlx-community's folder: config.json (model_type sensevoice) and safetensors under funasr's names, the CTC head
-    renamed and the FSMN kernels transposed as mlx-audio's sanitize leaves them: the same ids."""
+    """mlx-community's folder as mlx-audio 0.6.2 reads it: config.json (model_type sensevoice) and safetensors under
+    funasr's names and PyTorch layouts (its sanitize renames the CTC head and transposes every 3-d FSMN kernel at
+    load, so the file holds them unsanitized; checked by running mlx-audio's own SenseVoice on such a folder, which
+    gave funasr's ids in 10 of 10 runs from the same features): the same ids here; also with the CTC head already
+    renamed and the kernels already transposed, and with the normalisation in config.json."""
     from omnid.engine.nemo.torch_zip import read_state_dict
 
     mlx_dir = tmp_path / "mlx"
     mlx_dir.mkdir()
     state = read_state_dict(folder / "model.pt")
-    tensors = {}
-    for k, v in state.items():
-        if k.startswith("ctc."):
-            k = k.removeprefix("ctc.")
-        if k.endswith("fsmn_block.weight"):
-            v = v.transpose(0, 2, 1)
-        tensors[k] = mx.array(v)
-    mx.save_safetensors(str(mlx_dir / "model.safetensors"), tensors)
+    mx.save_safetensors(str(mlx_dir / "model.safetensors"), {k: mx.array(v) for k, v in state.items()})
     for name in ("am.mvn", "chn_jpn_yue_eng_ko_spectok.bpe.model"):
         shutil.copy(folder / name, mlx_dir / name)
     (mlx_dir / "config.json").write_text(json.dumps({
@@ -211,7 +207,22 @@ def test_the_mlx_community_layout_loads_the_same_model(folder: Path, tmp_path: P
                           "lfr_m": 7, "lfr_n": 6}}))
     e = SenseVoiceEngine("m", mlx_dir)
     assert e.layout == "mlx"
-    assert list(e.decode(audio_of("en_short"), "en", True).ids) == GOLDENS["cases"]["en_short"]["runs"]["en/1/0"]["ids"]
+    want = GOLDENS["cases"]["en_short"]["runs"]["en/1/0"]["ids"]
+    assert list(e.decode(audio_of("en_short"), "en", True).ids) == want
+    sanitized = {k.removeprefix("ctc."): mx.array(v.transpose(0, 2, 1) if k.endswith("fsmn_block.weight") else v)
+                 for k, v in state.items()}
+    mx.save_safetensors(str(mlx_dir / "model.safetensors"), sanitized)
+    assert list(SenseVoiceEngine("m", mlx_dir).decode(audio_of("en_short"), "en", True).ids) == want
+    # mlx-audio also reads the normalisation from config.json (cmvn_means, cmvn_istd) and spells sanm_shift right
+    from omnid.engine.funasr.frontend import read_cmvn
+
+    shift, scale = read_cmvn(mlx_dir / "am.mvn")
+    (mlx_dir / "am.mvn").unlink()
+    config = json.loads((mlx_dir / "config.json").read_text())
+    config["encoder_conf"]["sanm_shift"] = config["encoder_conf"].pop("sanm_shfit")
+    (mlx_dir / "config.json").write_text(json.dumps({**config, "cmvn_means": shift.tolist(),
+                                                    "cmvn_istd": scale.tolist()}))
+    assert list(SenseVoiceEngine("m", mlx_dir).decode(audio_of("en_short"), "en", True).ids) == want
 
 
 def test_the_cpu_encoder_is_the_mlx_encoder(engine: SenseVoiceEngine) -> None:

@@ -10,7 +10,8 @@
   (``model_type: sensevoice``, ``vocab_size``, ``input_size``, ``encoder_conf`` and ``frontend_conf`` with
   funasr's keys), ``*.safetensors`` under funasr's tensor names (the CTC head as ``ctc.ctc_lo.*`` or, renamed by
   mlx-audio's ``sanitize``, ``ctc_lo.*``; the FSMN kernels as PyTorch's (d, 1, k) or MLX's (d, k, 1)), ``am.mvn``
-  and the SentencePiece model or ``tokens.json``.
+  (or its values in config.json's ``cmvn_means`` / ``cmvn_istd``, as mlx-audio reads them) and the SentencePiece
+  model or ``tokens.json``; ``sanm_shift``, mlx-audio's spelling, for funasr's ``sanm_shfit``.
 
 The vocabulary's size is the tokenizer's (as funasr takes it), and every tensor is checked against the shapes the
 config and the tokenizer imply, naming the file and the tensor.
@@ -103,7 +104,9 @@ def _dims(encoder: dict[str, Any], input_size: int, vocabulary: int, source: Pat
 
     d = SanmDims(input_size=input_size, d_model=number("output_size", 512), heads=number("attention_heads", 4),
                  ffn=number("linear_units", 2048), blocks=number("num_blocks", 50), tp_blocks=number("tp_blocks", 20),
-                 kernel=number("kernel_size", 11), shift=number("sanm_shfit", 0))
+                 kernel=number("kernel_size", 11),
+                 # funasr's own spelling, or mlx-audio's corrected one
+                 shift=number("sanm_shfit", 0) if "sanm_shfit" in encoder else number("sanm_shift", 0))
     if d.blocks < 1 or d.heads < 1 or d.d_model % d.heads or d.kernel < 1:
         raise CheckpointError(f"{source}: encoder_conf holds no encoder SenseVoice can run (num_blocks "
                               f"{d.blocks}, output_size {d.d_model}, attention_heads {d.heads}, kernel_size {d.kernel})")
@@ -166,6 +169,18 @@ def _expected(dims: SenseVoiceDims) -> dict[str, tuple[int, ...]]:
             "ctc.ctc_lo.weight": (dims.vocabulary, d.d_model), "ctc.ctc_lo.bias": (dims.vocabulary,)}
 
 
+def _config_cmvn(config: dict[str, Any], source: Path) -> tuple[np.ndarray, np.ndarray]:
+    """mlx-audio's config.json copy of am.mvn: cmvn_means (the <AddShift> values, negated means) and cmvn_istd."""
+    try:
+        shift = np.asarray(config["cmvn_means"], np.float32)
+        scale = np.asarray(config["cmvn_istd"], np.float32)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{source}: cmvn_means and cmvn_istd must be lists of numbers") from exc
+    if shift.ndim != 1 or shift.shape != scale.shape:
+        raise CheckpointError(f"{source}: cmvn_means and cmvn_istd must be two lists of one length")
+    return shift, scale
+
+
 def _mlx_names(tensors: dict[str, Any], dims: SenseVoiceDims) -> dict[str, np.ndarray]:
     """mlx-community's names and layouts back to funasr's (what _expected checks)."""
     out = {}
@@ -211,9 +226,12 @@ def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
     if form == "mlx" and config.get("vocab_size", len(vocabulary)) != len(vocabulary):
         raise CheckpointError(f"{source}: vocab_size {config['vocab_size']} but the tokenizer {tokenizer_file.name} "
                               f"has {len(vocabulary)} pieces")
-    if not cmvn.is_file():
+    if cmvn.is_file():
+        shift, scale = read_cmvn(cmvn)
+    elif form == "mlx" and "cmvn_means" in config and "cmvn_istd" in config:
+        shift, scale = _config_cmvn(config, source)
+    else:
         raise CheckpointError(f"{cmvn}: missing (the features' normalisation)")
-    shift, scale = read_cmvn(cmvn)
     if len(shift) != input_size:
         raise CheckpointError(f"{cmvn}: {len(shift)} values; the stacked features have {input_size}")
     files = [source, *weight_paths, tokenizer_file, cmvn]
