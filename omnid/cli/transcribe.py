@@ -183,17 +183,11 @@ async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
     if not files:  # nothing to transcribe: no model is loaded for it
         return 1
     runtime = await start_model(config, args.model, args.aligner, args.revision)
-    vad = None
+    vad = LazyVad(config)
     try:
         opts = model_options(runtime, args, values, config)
-        if transcription.capabilities(runtime).max_clip_s is not None:  # long audio goes as VAD clips
-            vad = vad_runtime(config)
-            vad.start()
-            await vad.wait_loaded()
-    except BaseException:
+    except ConfigError:
         close(runtime)
-        if vad is not None:
-            vad.close()
         raise
     failures = len(args.files) - len(files)
     try:
@@ -214,9 +208,27 @@ async def transcribe_command(args: argparse.Namespace, config: Config) -> int:
                 sys.stdout.flush()
     finally:
         close(runtime)
-        if vad is not None:
-            vad.close()
+        vad.close()
     return 1 if failures else 0
+
+
+class LazyVad:
+    """Silero VAD for a model that takes long audio only as speech clips, started when a file first needs it."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.runtime: EngineRuntime[SileroVAD] | None = None
+
+    async def get(self) -> EngineRuntime[SileroVAD]:
+        if self.runtime is None:
+            self.runtime = vad_runtime(self.config)
+            self.runtime.start()
+            await self.runtime.wait_loaded()
+        return self.runtime
+
+    def close(self) -> None:
+        if self.runtime is not None:
+            self.runtime.close()
 
 
 def _readable(path: Path) -> bool:
@@ -228,7 +240,7 @@ def _readable(path: Path) -> bool:
     return False
 
 
-async def _transcribe_file(runtime: EngineRuntime[TranscriptionEngine], vad: EngineRuntime[SileroVAD] | None,
+async def _transcribe_file(runtime: EngineRuntime[TranscriptionEngine], vad: LazyVad,
                            path: Path, opts: TranscribeOptions, args: argparse.Namespace, config: Config) -> str:
     loop = asyncio.get_running_loop()
     audio = await loop.run_in_executor(None, decode_audio, path)
@@ -238,8 +250,8 @@ async def _transcribe_file(runtime: EngineRuntime[TranscriptionEngine], vad: Eng
         loop.call_soon_threadsafe(progress.update, done)
 
     clips = None
-    if vad is not None:
-        clips = await transcription.model_clips(runtime, vad, audio, config.transcription.vad_filter_pad_s)
+    if transcription.needs_clips(runtime, audio):  # long audio goes to such a model as Silero's speech clips
+        clips = await transcription.model_clips(runtime, await vad.get(), audio, config.transcription.vad_filter_pad_s)
     transcript = await transcription.transcribe(runtime, audio, opts, clips=clips, on_progress=progressed)
     progress.finish()
     return render(transcript, args.format, words=args.word_timestamps)

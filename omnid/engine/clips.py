@@ -5,6 +5,7 @@ file's timeline; the transcript's text is the segments' joined with a space (as 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -13,8 +14,9 @@ import numpy as np
 from omnid.audio import SAMPLE_RATE
 from omnid.engine.interface import Hypothesis
 from omnid.engine.options import TranscribeOptions
-from omnid.engine.transcript import Segment, Transcript, after_prefix
+from omnid.engine.transcript import Segment, Transcript, Word, after_prefix
 
+HOP = 160  # samples per 10 ms: a segment's seek is in these, as Whisper counts it
 # One clip's decode: (its samples, its first sample on the file's timeline, the segment id it would get) ->
 # (its segment, or None when it says nothing; the tokens it generated; "stop" or "length").
 DecodeClip = Callable[[np.ndarray, int, int], tuple[Segment | None, int, str]]
@@ -51,15 +53,26 @@ def transcribe_in_clips(audio: np.ndarray, clips: list[tuple[int, int]], max_cli
     return Transcript(" ".join(s.text for s in segments), segments, language, duration, generated, finish)
 
 
-class ClipEngine:
+def clip_segment(seg_id: int, first: int, samples: int, text: str, tokens: list[int], language: str | None,
+                 words: list[Word] | None = None, emotion: str | None = None,
+                 events: tuple[str, ...] | None = None) -> Segment:
+    """A clip's segment: its span on the file's timeline (``samples`` from sample ``first``), its text and tokens,
+    and what else the model tells."""
+    return Segment(seg_id, first // HOP, first / SAMPLE_RATE, (first + samples) / SAMPLE_RATE, text, tokens, 0.0, 0.0,
+                   0.0, 0.0, words, language, emotion, events)
+
+
+class ClipEngine(ABC):
     """The transcription calls of an engine that decodes clip by clip (SenseVoice, Fun-ASR-Nano): it gives
     ``max_clip_s`` and ``clip`` (one clip's decode); transcripts, previews and live re-decodes follow from them."""
 
     max_clip_s: float
 
+    @abstractmethod
     def clip(self, audio: np.ndarray, first: int, opts: TranscribeOptions, seg_id: int,
              check: Callable[[], None]) -> tuple[Segment | None, int, str]:
-        raise NotImplementedError
+        """One clip (from sample ``first`` of the file) -> its segment (None when it says nothing), the tokens it
+        generated, and "stop" or "length"."""
 
     def transcribe(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(),
                    check: Callable[[], None] = lambda: None, on_segment: Callable[[Segment], None] | None = None,

@@ -149,10 +149,16 @@ async def model_clips(runtime: Runtime, vad: EngineRuntime[SileroVAD], audio: np
     (vad/filter.py's speech_clips, ``pad_s`` of silence kept at each edge); None where the model takes the audio
     whole."""
     limit = capabilities(runtime).max_clip_s
-    if limit is None or len(audio) <= limit * SAMPLE_RATE:
+    if limit is None or not needs_clips(runtime, audio):
         return None
     probs = await speech_probabilities(vad, audio)
     return speech_clips(probs, len(audio), threshold, limit, pad_s)
+
+
+def needs_clips(runtime: Runtime, audio: np.ndarray) -> bool:
+    """Whether the model takes this audio only as clips (it is longer than the model's max_clip_s)."""
+    limit = capabilities(runtime).max_clip_s
+    return limit is not None and len(audio) > limit * SAMPLE_RATE
 
 
 async def speech_probabilities(runtime: EngineRuntime[SileroVAD], audio: np.ndarray) -> np.ndarray:

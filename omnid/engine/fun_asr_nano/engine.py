@@ -25,8 +25,8 @@ import mlx.core as mx
 import numpy as np
 import structlog
 
-from omnid.audio import SAMPLE_RATE
-from omnid.engine.clips import ClipEngine
+from omnid.engine.clips import ClipEngine, clip_segment
+from omnid.engine.errors import CheckpointError
 from omnid.engine.fun_asr_nano.checkpoint import load
 from omnid.engine.fun_asr_nano.options import FunAsrNanoOptions
 from omnid.engine.funasr.adaptor import Adaptor, slots
@@ -44,7 +44,6 @@ Check = Callable[[], None]
 LANGUAGE_NAMES = {"en": "英文", "ja": "日文"}
 LANGUAGES = ("zh", "en", "ja")
 MAX_TOKENS = 4096
-HOP = 160
 
 
 def hotwords(prompt: str | None) -> list[str]:
@@ -75,8 +74,6 @@ class FunAsrNanoEngine(ClipEngine):
             try:
                 module.load_weights(weights, strict=True)
             except ValueError as exc:
-                from omnid.engine.errors import CheckpointError
-
                 raise CheckpointError(f"{path / 'model.pt'}: {label}: {exc}") from exc
             mx.eval(module.parameters())
         self.end = self.tokenizer.special("<|im_end|>")
@@ -88,7 +85,7 @@ class FunAsrNanoEngine(ClipEngine):
         # Greedy; the prompt is hotwords; segments are clips (no word or subtitle times).
         return Capabilities(languages=LANGUAGES, prompt=True, word_timestamps=False, timestamps=False,
                             max_new_tokens=MAX_TOKENS, streaming="redecode", temperature=False, itn=True,
-                            max_clip_s=self.options.max_clip_s)
+                            max_clip_s=self.max_clip_s)
 
     def prompt_tokens(self, prompt: str | None) -> tuple[int, ...]:
         return ()
@@ -102,8 +99,7 @@ class FunAsrNanoEngine(ClipEngine):
         features = self.front.features(np.asarray(audio, np.float32))
         rows = self.adaptor(self.encoder(mx.array(features)[None]))[0]
         n = slots(len(features)) if self.low_frame_rate else len(features)
-        ids, first = prompt_ids(self.tokenizer, n, LANGUAGE_NAMES.get(language or "") if language != "zh" else None,
-                                itn, words or [])
+        ids, first = prompt_ids(self.tokenizer, n, LANGUAGE_NAMES.get(language or ""), itn, words or [])
         check()
         x = self.lm.embed_at(ids, first, rows[:n])
         if self.cpu_decoder is not None:  # on MLX's CPU device: Qwen3-ASR's numpy decoder (engine/qwen3/cpu_decoder.py)
@@ -117,12 +113,9 @@ class FunAsrNanoEngine(ClipEngine):
 
     def clip(self, audio: np.ndarray, first: int, opts: TranscribeOptions, seg_id: int,
               check: Check) -> tuple[Segment | None, int, str]:
-        """One clip (starting at sample ``first``) -> its segment (None when it says nothing), tokens, finish."""
         budget = opts.max_new_tokens or self.options.max_new_tokens
         tokens, finish = self.decode(audio, opts.language, self.itn(opts), hotwords(opts.prompt), budget, check)
         text = text_of(self.tokenizer.decode(tokens)).strip()
         if not text:
             return None, len(tokens), finish
-        start, end = first / SAMPLE_RATE, (first + len(audio)) / SAMPLE_RATE
-        return Segment(seg_id, first // HOP, start, end, text, tokens, 0.0, 0.0, 0.0, 0.0, None, opts.language), \
-            len(tokens), finish
+        return clip_segment(seg_id, first, len(audio), text, tokens, opts.language), len(tokens), finish

@@ -24,7 +24,7 @@ import numpy as np
 
 from omnid.engine.cpu_math import CPU_THREADS, by_rows, by_share
 from omnid.engine.qwen3.checkpoint import TextDims
-from omnid.engine.qwen3.model import TextModel
+from omnid.engine.qwen3.model import TextModel, greedy_steps
 
 # Prompt positions per prefill step: its products' activations are BLOCK x 3072 floats (12 MB at the 0.6B size);
 # OpenBLAS ran a 0.6B prefill's products over 811 rows in blocks of 256 at a fraction of its speed over all of them.
@@ -233,15 +233,6 @@ class NumpyDecoder:
 
 def greedy_numpy(decoder: NumpyDecoder, x: np.ndarray, stop: set[int], budget: int,
                  check: Callable[[], None] = lambda: None) -> tuple[list[int], str]:
-    """model.greedy on the CPU: the prompt embeddings ``x`` (positions, hidden) through the numpy decoder, then one
-    step per token (a stop token ends it and is not kept)."""
+    """model.greedy on the CPU: the prompt embeddings ``x`` (positions, hidden) through the numpy decoder."""
     row, logits = decoder.prefill(x, budget + 1, check)
-    tokens: list[int] = []
-    while len(tokens) < budget:
-        check()
-        token = int(np.argmax(logits))
-        if token in stop:
-            return tokens, "stop"
-        tokens.append(token)
-        logits = decoder.step([token], [row])[0]
-    return tokens, "length"
+    return greedy_steps(logits, lambda token: decoder.step([token], [row])[0], stop, budget, check)

@@ -284,17 +284,18 @@ class TextModel(nn.Module):
     (``text`` in Qwen3-ASR's, ``model`` in a causal LM's): caches, the head (tied to the embedding, or
     ``lm_head``), token embeddings, and a prompt's embeddings with audio rows in its slots."""
 
-    tied: bool
-
-    def head(self, text: TextDims) -> None:
-        """The output head: the embedding itself when tied, else its own ``lm_head``."""
+    def __init__(self, text: TextDims, name: str):
+        super().__init__()
+        setattr(self, name, TextDecoder(text))
+        self.decoder_name = name
         if not text.tied:
             self.lm_head = nn.Linear(text.hidden_size, text.head_rows, bias=False)
         self.tied = text.tied
 
     @property
     def decoder(self) -> TextDecoder:
-        raise NotImplementedError
+        decoder: TextDecoder = getattr(self, self.decoder_name)
+        return decoder
 
     def new_caches(self) -> list[KVCache]:
         return [KVCache() for _ in self.decoder.layers]
@@ -328,14 +329,8 @@ class TextModel(nn.Module):
 
 class Qwen3ASR(TextModel):
     def __init__(self, audio: AudioDims, text: TextDims):
-        super().__init__()
+        super().__init__(text, "text")
         self.audio = AudioEncoder(audio)
-        self.text = TextDecoder(text)
-        self.head(text)
-
-    @property
-    def decoder(self) -> TextDecoder:
-        return self.text
 
 
 class CausalLM(TextModel):
@@ -343,27 +338,32 @@ class CausalLM(TextModel):
     tied): Fun-ASR-Nano's decoder."""
 
     def __init__(self, text: TextDims):
-        super().__init__()
-        self.model = TextDecoder(text)
-        self.head(text)
+        super().__init__(text, "model")
 
-    @property
-    def decoder(self) -> TextDecoder:
-        return self.model
+
+def greedy_steps(logits: np.ndarray, step: Callable[[int], np.ndarray], stop: set[int], budget: int,
+                 check: Callable[[], None] = lambda: None) -> tuple[list[int], str]:
+    """Greedy decoding from the prompt's last logits, ``step`` feeding each token and giving the next logits: the
+    tokens (a stop token ends it and is not kept), and "stop" or "length"."""
+    tokens: list[int] = []
+    while len(tokens) < budget:
+        check()
+        token = int(np.argmax(logits))
+        if token in stop:
+            return tokens, "stop"
+        tokens.append(token)
+        logits = step(token)
+    return tokens, "length"
 
 
 def greedy(lm: TextModel, x: mx.array, stop: set[int], budget: int, check: Callable[[], None] = lambda: None
            ) -> tuple[list[int], str]:
-    """Greedy decoding after the prompt embeddings ``x`` (1, n, hidden): the tokens (a stop token ends it and is not
-    kept), and "stop" or "length"."""
+    """Greedy decoding through the MLX decoder after the prompt embeddings ``x`` (1, n, hidden)."""
     caches = lm.new_caches()
-    logits = lm.logits(lm.decoder(x, caches)[:, -1])
-    tokens: list[int] = []
-    while len(tokens) < budget:
-        check()
-        token = int(np.asarray(mx.argmax(logits, axis=-1))[0])
-        if token in stop:
-            return tokens, "stop"
-        tokens.append(token)
-        logits = lm.logits(lm.decoder(lm.token_embeddings(mx.array([[token]], dtype=mx.int32)), caches)[:, -1])
-    return tokens, "length"
+
+    def logits_of(hidden: mx.array) -> np.ndarray:
+        return np.asarray(lm.logits(hidden[:, -1])[0], np.float32)
+
+    return greedy_steps(logits_of(lm.decoder(x, caches)),
+                        lambda token: logits_of(lm.decoder(lm.token_embeddings(mx.array([[token]], dtype=mx.int32)),
+                                                           caches)), stop, budget, check)

@@ -19,6 +19,7 @@ config and the tokenizer imply, naming the file and the tensor.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,8 +119,6 @@ def _vocabulary(folder: Path, bpe: Path | None, source: Path) -> tuple[Vocabular
         return Vocabulary.from_sentencepiece(_read(bpe), str(bpe)), bpe
     tokens = folder / "tokens.json"
     if tokens.is_file():
-        import json
-
         try:
             pieces = json.loads(tokens.read_text())
         except (ValueError, OSError) as exc:

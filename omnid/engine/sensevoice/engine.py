@@ -26,7 +26,7 @@ import numpy as np
 import structlog
 
 from omnid.audio import SAMPLE_RATE
-from omnid.engine.clips import ClipEngine
+from omnid.engine.clips import ClipEngine, clip_segment
 from omnid.engine.interface import Capabilities
 from omnid.engine.nemo.tokenizer import SPACE
 from omnid.engine.options import TranscribeOptions
@@ -39,7 +39,6 @@ from omnid.engine.transcript import Segment, Word
 log = structlog.get_logger(__name__)
 Check = Callable[[], None]
 LANGUAGES = tuple(code for code in LANGUAGE_ROWS if code not in ("auto", "nospeech"))
-HOP = 160
 MAX_TOKENS = 4096  # what a request's max_new_tokens is held to (CTC has no token budget)
 
 
@@ -66,7 +65,7 @@ class SenseVoiceEngine(ClipEngine):
         # times from the CTC runs; a segment spans its clip (up to max_clip_s): too coarse for subtitles.
         return Capabilities(languages=LANGUAGES, prompt=False, word_timestamps=True, timestamps=False,
                             max_new_tokens=MAX_TOKENS, streaming="redecode", temperature=False, itn=True,
-                            max_clip_s=self.options.max_clip_s)
+                            max_clip_s=self.max_clip_s)
 
     def prompt_tokens(self, prompt: str | None) -> tuple[int, ...]:
         return ()
@@ -95,20 +94,17 @@ class SenseVoiceEngine(ClipEngine):
 
     def clip(self, audio: np.ndarray, first: int, opts: TranscribeOptions, seg_id: int,
               check: Check) -> tuple[Segment | None, int, str]:
-        """One clip (starting at sample ``first`` of the file) -> its segment (None when it says nothing), its
-        token count, "stop"."""
         check()
         decoded = self.decode(audio, self.language(opts), self.itn(opts), self.options.ban_emo_unk)
         raw = self.raw_text(decoded.ids)
         text = rich_text(raw, self.options.emoji)
         tags = Tagged.of(raw)
-        start, end = first / SAMPLE_RATE, (first + len(audio)) / SAMPLE_RATE
         if not text:
             return None, len(decoded.ids), "stop"
+        start, end = first / SAMPLE_RATE, (first + len(audio)) / SAMPLE_RATE
         words = self._words(decoded, start, end) if opts.word_timestamps else None
-        seg = Segment(seg_id, first // HOP, start, end, text, list(decoded.ids), 0.0, 0.0, 0.0, 0.0, words,
-                      tags.language, emotion=tags.emotion, events=tags.events)
-        return seg, len(decoded.ids), "stop"
+        return clip_segment(seg_id, first, len(audio), text, list(decoded.ids), tags.language, words=words,
+                            emotion=tags.emotion, events=tags.events), len(decoded.ids), "stop"
 
     def _words(self, decoded: Decoded, start: float, end: float) -> list[Word]:
         """Words from the greedy runs of their tokens (tags skipped): a word starts at a piece with ``▁``."""
