@@ -15,7 +15,6 @@ both sides decode that many tokens).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -24,7 +23,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.side_by_side import result  # noqa: E402
+from bench.side_by_side import reference_main, result  # noqa: E402
 
 WORK = pathlib.Path("/tmp/omnid-bench-fun-asr-nano")
 MAX_NEW_TOKENS = 64
@@ -95,15 +94,7 @@ def child(work: pathlib.Path, name: str) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--work", type=pathlib.Path, default=WORK)
-    p.add_argument("--build", action="store_true")
-    p.add_argument("--child")
-    args = p.parse_args()
-    if args.build:
-        build(args.work)
-    if args.child:
-        child(args.work, args.child)
+    reference_main(__doc__, WORK, build, child, ("20",))
 
 
 if __name__ == "__main__":

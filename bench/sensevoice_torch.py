@@ -24,7 +24,6 @@ factor, peak RSS, the ids each clip decoded to (held beside omnid's).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -39,7 +38,7 @@ WORK = pathlib.Path("/tmp/omnid-bench-sensevoice")
 SIZES = {"output_size": 512, "attention_heads": 4, "linear_units": 2048, "num_blocks": 50, "tp_blocks": 20}
 SECONDS = {"60": 60.0, "600": 600.0}
 sys.path.insert(0, str(ROOT))
-from bench.side_by_side import result  # noqa: E402
+from bench.side_by_side import reference_main, result  # noqa: E402
 
 
 def build(work: pathlib.Path) -> None:
@@ -111,15 +110,7 @@ def child(work: pathlib.Path, name: str) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--work", type=pathlib.Path, default=WORK)
-    p.add_argument("--build", action="store_true")
-    p.add_argument("--child", choices=sorted(SECONDS))
-    args = p.parse_args()
-    if args.build:
-        build(args.work)
-    if args.child:
-        child(args.work, args.child)
+    reference_main(__doc__, WORK, build, child, SECONDS)
 
 
 if __name__ == "__main__":

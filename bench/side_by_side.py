@@ -96,3 +96,18 @@ def closing(rows: list[dict], reference: str, began: float, table: Callable[[], 
     print("\n" + machine(f"torch {row['torch']} ({row['threads']} threads)" if row else f"{reference}: not run"))
     table()
     print(f"\nwall time {time.perf_counter() - began:.0f} s")
+
+
+def reference_main(doc: str | None, work: Path, build: Callable[[Path], None], child: Callable[[Path, str], None],
+                   inputs: Iterable[str]) -> None:
+    """A reference venv's script: ``--build`` the checkpoint and speech into --work, ``--child INPUT`` one
+    measurement (one JSON line)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work", type=Path, default=work)
+    p.add_argument("--build", action="store_true")
+    p.add_argument("--child", choices=sorted(inputs))
+    args = p.parse_args()
+    if args.build:
+        build(args.work)
+    if args.child:
+        child(args.work, args.child)
