@@ -41,9 +41,8 @@ Measured (full sweep, 454 s, 2026-12-07; this 2-core x86-64 VM, load average 1.0
     whisper  600 s     22     0.7    31.81  0.0530      -           470
 
 omnid 0.63x funasr's speed at 60 s and 0.67x at 10 min (the 1.5x target is not met), in 0.58x its peak RSS; the
-ids of every clip agree. Both sides do the same float32 arithmetic on the same two cores, and omnid's numpy SAN-M
-layers (about 30 ms a layer for a 27 s clip, against some 16 ms for torch's with MKL and oneDNN, profiled apart)
-are bound by their products. Whisper tiny.en's real-time factor on the same speech: 0.069 and 0.053.
+ids of every clip agree. Both sides do the same float32 arithmetic on the same two cores; the bench does not split
+the time by stage. Whisper tiny.en's real-time factor on the same speech: 0.069 and 0.053.
 """
 
 from __future__ import annotations

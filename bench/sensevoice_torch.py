@@ -17,9 +17,9 @@ tests/corpus) decoded with omnid's reader, joined with 0.3 s pauses and repeated
 (clips_*.json), so that both sides decode the same clips.
 
 ``--child INPUT``: load (AutoModel with the folder, dither 0, CPU, ``ncpu`` = the cores: funasr's default of 4
-threads on a 2-core machine makes its products past ~400 frames some 300x slower), then generate() over the clips one at a time
-(funasr's batch_size 1, as on a CPU it runs them), language "auto", use_itn False; reported: load, total, real-time
-factor, peak RSS, the ids each clip decoded to (held beside omnid's).
+threads on a 2-core machine made its products past ~400 frames wait on each other, far slower here), then
+generate() over the clips one at a time (funasr's batch_size 1, as on a CPU it runs them), language "auto", use_itn
+False; reported: load, total, real-time factor, peak RSS, the ids each clip decoded to (held beside omnid's).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def child(work: pathlib.Path, name: str) -> None:
     import_s = time.perf_counter() - started
     started = time.perf_counter()
     # ncpu: AutoModel sets torch's threads to it, 4 by default; on 2 cores 4 threads make each product past ~400
-    # frames wait on each other, some 300x slower (measured here), so funasr gets one thread per core, as omnid uses.
+    # frames wait on each other, far slower here, so funasr gets one thread per core, as omnid uses.
     model = AutoModel(model=str(work / "checkpoint"), disable_update=True, device="cpu", ncpu=os.cpu_count() or 1,
                       frontend_conf={"dither": 0.0}, disable_log=True)
     load_s = time.perf_counter() - started

@@ -1,7 +1,7 @@
 """The SAN-M encoder (sanm.py) on MLX's CPU device, in numpy over blocks of rows, as the Whisper and Qwen3-ASR
-encoder layers run there (engine/cpu_encoder.py): numpy's BLAS ran this encoder's products 1.1-2.7x faster than
-MLX's here (a 461 x 512 by 512 x 2048 product: 4.1 ms against 10.8), and its softmax exp is vectorised where MLX's
-CPU exp is a scalar loop. Weights are numpy views of the MLX arrays; Metal keeps the MLX layers.
+encoder layers run there (engine/cpu_encoder.py): products through numpy's BLAS, the softmax's exp vectorised where
+MLX's CPU exp is a scalar loop (bench/sensevoice_speed.py measures the whole against funasr). Weights are numpy
+views of the MLX arrays; Metal keeps the MLX layers.
 
 A layer is two passes over its rows, shared among cpu_math's threads: each block gets its layer norm and the fused
 q/k/v product; then, with every row's keys and values, the attention (heads shared among the threads) and the FSMN
