@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -19,6 +20,63 @@ from omnid.engine.cpu_math import CPU_THREADS, by_rows, by_share, layer_norm_row
 def as_numpy(a: mx.array) -> np.ndarray:
     """A float32 MLX array's numpy view (a copy only for another dtype)."""
     return np.asarray(a, dtype=np.float32)
+
+
+class LinearMap(Protocol):
+    """y = x W^T (+ b): a float :class:`Linear`, or a quantized module multiplied packed (cpu_packed.PackedLinear)."""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(in_features, out_features)."""
+        ...
+
+    @property
+    def weight_t(self) -> np.ndarray:
+        """W^T, float32 (in_features, out_features)."""
+        ...
+
+    def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray: ...
+
+    def columns(self, x: np.ndarray, start: int, stop: int, out: np.ndarray) -> None: ...
+
+
+def linear_map(module: nn.Module) -> LinearMap:
+    """A Linear's, an Embedding's or a 1x1 convolution's product in numpy: packed where cpu_packed multiplies the
+    module's quantization as it is packed (4 or 8 affine bits), else over float32 weights (a quantized module in
+    another mode widened here, once, by MLX's dequantize: a float copy)."""
+    if isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+        from omnid.engine import cpu_packed  # numba compiles (or loads from its cache) only where a model is packed
+
+        if cpu_packed.packable(module):
+            return cpu_packed.PackedLinear.of(module)
+        wide = mx.dequantize(module.weight, module.scales, module.get("biases"), group_size=module.group_size,
+                             bits=module.bits, mode=module.mode, dtype=mx.float32)
+        bias = as_numpy(module.bias) if "bias" in module else None
+        mx.eval(wide)
+        return Linear(as_numpy(wide).T, bias)
+    return Linear.of(module)
+
+
+class Joined:
+    """Several maps of one input: packed ones stacked into a single product (cpu_packed.PackedLinear.stacked: one
+    pass over the threads instead of one per map, and no second copy, since the stacked blocks are the only ones
+    kept), float ones each their own product over their own views."""
+
+    def __init__(self, maps: Sequence[LinearMap]):
+        self.widths = [m.shape[1] for m in maps]
+        stacked = None
+        if not any(isinstance(m, Linear) for m in maps):
+            from omnid.engine.cpu_packed import PackedLinear
+
+            stacked = PackedLinear.stacked(list(maps))  # type: ignore[arg-type]
+        self.maps: list[LinearMap] = [stacked] if stacked is not None else list(maps)
+
+    def __call__(self, x: np.ndarray) -> list[np.ndarray]:
+        outs = [m(x) for m in self.maps]
+        if len(outs) == len(self.widths):
+            return outs
+        ends = np.cumsum(self.widths)[:-1]
+        return np.split(outs[0], ends, axis=1)
 
 
 @dataclass(frozen=True)
@@ -34,12 +92,23 @@ class Linear:
         weight = as_numpy(layer.weight)
         return cls(weight.reshape(len(weight), -1).T, as_numpy(layer.bias) if "bias" in layer else None)
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(in_features, out_features)."""
+        return self.weight_t.shape
+
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Into ``out`` when given, else a new array."""
         out = np.matmul(x, self.weight_t, out=out)
         if self.bias is not None:
             out += self.bias
         return out
+
+    def columns(self, x: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:
+        """Output columns [start, stop) into ``out`` (rows, stop - start)."""
+        np.matmul(x, self.weight_t[:, start:stop], out=out)
+        if self.bias is not None:
+            out += self.bias[start:stop]
 
 
 @dataclass(frozen=True)
@@ -91,22 +160,24 @@ def blocks(work: Callable[[int, int], object], n: int) -> None:
     by_rows(share, n)
 
 
-def by_columns(x: np.ndarray, products: Sequence[tuple[Linear, np.ndarray]]) -> None:
+def by_columns(x: np.ndarray, products: Sequence[tuple[LinearMap, np.ndarray]]) -> None:
     """Each ``out = linear(x)`` with the output columns shared among the threads, every thread's products over all
     the rows: for a few rows, where a share of the rows would be too few for the BLAS to run at speed. Each share
     goes in column blocks small enough for OpenBLAS's small-matrix kernel where numpy's BLAS has one
-    (``small_product_columns``)."""
+    (``small_product_columns``); a packed product's shares keep to its blocks of output rows."""
     width = products[0][1].shape[1]
     share = -(-width // CPU_THREADS)
     block = min(share, small_product_columns(len(x), x.shape[1]) or share)
+    if not all(isinstance(linear, Linear) for linear, _ in products):
+        from omnid.engine.cpu_packed import BLOCK_ROWS
+
+        share = block = -(-share // BLOCK_ROWS) * BLOCK_ROWS
 
     def columns(start: int, stop: int) -> None:
         for first in range(start, stop, block):
             last = min(first + block, stop)
             for linear, out in products:
-                np.matmul(x, linear.weight_t[:, first:last], out=out[:, first:last])
-                if linear.bias is not None:
-                    out[:, first:last] += linear.bias[first:last]
+                linear.columns(x, first, last, out[:, first:last])
 
     by_share(columns, width, share)
 

@@ -1,0 +1,99 @@
+"""cpu_packed: a 4- or 8-bit affine module multiplied as it is packed gives MLX's own quantized layer's product (the
+same packed weights), by both kernels (few rows and many), for every group size, output widths on and off its
+blocks, with and without a bias; lookups give MLX's dequantized rows; stacked maps give each map's product; what it
+does not take is widened instead."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from omnid.engine.cpu_packed import BLOCK_ROWS, FEW_ROWS, PackedLinear, packable
+from omnid.engine.numpy_layers import Joined, Linear, by_columns, linear_map
+
+RNG = np.random.default_rng(7)
+
+
+def _quantized(inputs: int, outputs: int, bits: int, group: int, bias: bool) -> nn.QuantizedLinear:
+    layer = nn.Linear(inputs, outputs, bias=bias)
+    if bias:
+        layer.bias = mx.array(RNG.standard_normal(outputs).astype(np.float32))
+    return nn.QuantizedLinear.from_linear(layer, group_size=group, bits=bits)
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= 2e-5 * max(1.0, np.abs(want).max())
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("group", [32, 64, 128])
+@pytest.mark.parametrize(("inputs", "outputs", "bias"), [(256, 3 * BLOCK_ROWS, False), (128, 100, True)])
+def test_products_are_mlx_quantized_layers(bits: int, group: int, inputs: int, outputs: int, bias: bool) -> None:
+    layer = _quantized(inputs, outputs, bits, group, bias)
+    packed = linear_map(layer)
+    assert isinstance(packed, PackedLinear) and packed.shape == (inputs, outputs)
+    for rows in (1, 3, FEW_ROWS, FEW_ROWS + 1, 70):  # the unpacking kernel up to FEW_ROWS, the BLAS past it
+        x = RNG.standard_normal((rows, inputs)).astype(np.float32)
+        _close(packed(x), np.array(layer(mx.array(x))))
+    wide = np.array(mx.dequantize(layer.weight, layer.scales, layer.biases, group_size=group, bits=bits))
+    np.testing.assert_allclose(packed.weight_t, wide.T, atol=1e-6)
+    ids = [0, outputs - 1, 5, 5]
+    np.testing.assert_allclose(packed.rows(ids), wide[ids], atol=1e-6)
+    with pytest.raises(IndexError):
+        packed.rows([outputs])
+
+
+def test_packed_memory_is_bits_over_32_of_float32s_plus_scales() -> None:
+    for bits in (4, 8):
+        packed = PackedLinear.of(_quantized(1024, 1024, bits, 64, False))
+        per_weight = packed.nbytes / (1024 * 1024)
+        assert per_weight == pytest.approx(bits / 8 + 8 / 64)  # the packed bits and a float32 scale and bias a group
+
+
+def test_an_embedding_looks_up_and_multiplies_packed() -> None:
+    table = nn.Embedding(300, 128)
+    q = nn.QuantizedEmbedding.from_embedding(table, group_size=64, bits=4)
+    packed = linear_map(q)
+    assert isinstance(packed, PackedLinear)
+    ids = [3, 299, 0]
+    np.testing.assert_allclose(packed[ids], np.array(q(mx.array(ids))), atol=1e-6)
+    x = RNG.standard_normal((2, 128)).astype(np.float32)
+    _close(packed(x), np.array(q.as_linear(mx.array(x))))
+
+
+def test_stacked_maps_give_each_maps_product() -> None:
+    layers = [_quantized(256, n, 4, 64, False) for n in (2 * BLOCK_ROWS, BLOCK_ROWS, 100)]
+    joined = Joined([linear_map(layer) for layer in layers])
+    assert len(joined.maps) == 1  # one product
+    for rows in (1, 20):
+        x = RNG.standard_normal((rows, 256)).astype(np.float32)
+        for got, layer in zip(joined(x), layers, strict=True):
+            _close(got, np.array(layer(mx.array(x))))
+    # A width off the blocks before the last, or different bits, cannot be stacked: each keeps its own product.
+    assert len(Joined([linear_map(_quantized(256, 100, 4, 64, False)), linear_map(layers[0])]).maps) == 2
+    assert len(Joined([linear_map(layers[0]), linear_map(_quantized(256, 64, 8, 64, False))]).maps) == 2
+
+
+def test_column_shares_keep_to_the_blocks() -> None:
+    layer = _quantized(128, 5 * BLOCK_ROWS + 10, 8, 64, True)
+    packed = linear_map(layer)
+    x = RNG.standard_normal((3, 128)).astype(np.float32)
+    out = np.empty((3, packed.shape[1]), np.float32)
+    by_columns(x, [(packed, out)])
+    _close(out, np.array(layer(mx.array(x))))
+    with pytest.raises(ValueError, match="blocks"):
+        packed.columns(x, 10, 64, np.empty((3, 54), np.float32))
+
+
+@pytest.mark.parametrize(("mode", "bits", "group"), [("affine", 6, 64), ("affine", 2, 64), ("mxfp4", 4, 32),
+                                                     ("mxfp8", 8, 32)])
+def test_other_quantizations_are_widened(mode: str, bits: int, group: int) -> None:
+    layer = nn.QuantizedLinear.from_linear(nn.Linear(128, 64), group_size=group, bits=bits, mode=mode)
+    assert not packable(layer)
+    widened = linear_map(layer)
+    assert isinstance(widened, Linear)
+    x = RNG.standard_normal((2, 128)).astype(np.float32)
+    _close(widened(x), np.array(layer(mx.array(x))))
