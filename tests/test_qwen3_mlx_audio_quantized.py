@@ -145,11 +145,12 @@ def test_mlx_audio_quantized_folders_compute_as_mlx_audio(name: str, made: Calla
     assert compared >= 2
 
 
-@pytest.mark.parametrize("name", ["mixed_2_6", "mxfp4", "nvfp4", "mxfp8"])
+@pytest.mark.parametrize("name", ["4bit", "8bit", "mixed_2_6", "mxfp4", "nvfp4", "mxfp8"])
 def test_quantized_logits_are_exactly_those_of_the_dequantized_weights(
         name: str, made: Callable[[Path, str], Path], tmp_path: Path) -> None:
     """omnid computes the packed weights exactly: against a float32 folder holding MLX's own dequantization of each
-    packed module (mode, bits and group size as the converter wrote them), through both decoders."""
+    packed module (mode, bits and group size as the converter wrote them), through both decoders (the numpy one
+    multiplies 4- and 8-bit affine modules as they are packed, cpu_packed.py, and widens the others)."""
     _offered(name)
     folder = made(TINY, name)
     config = json.loads((folder / "config.json").read_text())
@@ -181,9 +182,25 @@ def test_quantized_logits_are_exactly_those_of_the_dequantized_weights(
         assert np.abs(a - b).max() <= 1e-5 * max(1.0, np.abs(b).max())
     numpy, numpy_twin = (Qwen3AsrEngine(n, f, options=GUARD_OFF, cpu_decoder=True) for n, f in ((name, folder),
                                                                                              ("twin", twin)))
+    packed_here = {type(m).__name__ for m in (numpy.cpu_decoder.head, numpy.cpu_decoder.layers[1].down,
+                                                 *numpy.cpu_decoder.layers[1].gate_up.maps)}
+    packs = name in ("4bit", "8bit")
+    assert packed_here == ({"PackedLinear"} if packs else {"Linear"})
+    assert [len(j.maps) for j in (numpy.cpu_decoder.layers[1].qkv, numpy.cpu_decoder.layers[1].gate_up)] == (
+        [1, 1] if packs else [3, 2])  # a packed layer's maps of one input stacked into one product
+    for case in CASES:
+        a, b = (_numpy_logits(e, case) for e in (numpy, numpy_twin))
+        assert np.abs(a - b).max() <= 1e-5 * max(1.0, np.abs(b).max()), case
     case = "long_budget"
     got, want = (e.generate(_ids(case), e.model.audio(mx.array(_mel(case))), 5).tokens for e in (numpy, numpy_twin))
     assert got == want
+
+
+def _numpy_logits(engine: Qwen3AsrEngine, case: str) -> np.ndarray:
+    """The numpy decoder's logits after the prompt, and after one step on its greedy choice."""
+    x = engine.model.embed(_ids(case), engine.tokenizer.ids.audio_pad, engine.model.audio(mx.array(_mel(case))))
+    row, logits = engine.cpu_decoder.prefill(np.array(x[0]), 2, lambda: None)
+    return np.stack([logits, engine.cpu_decoder.step([int(logits.argmax())], [row])[0]])
 
 
 @pytest.mark.parametrize("name", ["8bit", "mixed_4_6", "mxfp4"])

@@ -5,9 +5,10 @@ and is bound by memory bandwidth. OpenBLAS's gemv, through numpy, reads a weight
 CPU backend multiplies a single row. In the prefill, matrix products cost the same in both (both call OpenBLAS),
 but MLX's CPU exp is a scalar loop and the attention softmax of a long prompt dominated it. So on the
 CPU the decoder runs here (bench/qwen3_asr_speed.py: per token and prefill against an all-MLX port), on
-zero-copy numpy views of the model's own MLX weights (no second copy in memory); a quantized module (any mode MLX
-packs: affine, mxfp4, nvfp4, mxfp8) is widened to float32 once, here, by MLX's own dequantize (a float copy of it);
-on Metal the MLX model runs, quantized modules packed. The arithmetic is the MLX decoder's (float32 RMSNorm,
+zero-copy numpy views of the model's own MLX weights (no second copy in memory); a quantized module at 4 or 8
+affine bits is multiplied as it is packed (cpu_packed.py: a step reads an eighth or a quarter of float32's bytes),
+one in another mode (mxfp4, nvfp4, mxfp8, other bits) widened to float32 once, here, by MLX's own dequantize (a
+float copy of it); on Metal the MLX model runs, quantized modules packed. The arithmetic is the MLX decoder's (float32 RMSNorm,
 rotate-half RoPE, grouped-query causal attention, SwiGLU, tied head), checked against it and against the official
 goldens by the tests.
 """
@@ -19,10 +20,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import CPU_THREADS, by_rows, by_share
+from omnid.engine.numpy_layers import Joined, Linear, LinearMap, linear_map
 from omnid.engine.qwen3.checkpoint import TextDims
 from omnid.engine.qwen3.model import TextModel, greedy_steps
 
@@ -61,27 +62,14 @@ def _view(a: mx.array) -> np.ndarray:
     return view
 
 
-def _weight(module: nn.Module) -> np.ndarray:
-    """A Linear's or Embedding's float32 weight: a view of a float one, a quantized one widened in its own mode."""
-    if not isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
-        return _view(module.weight)
-    wide = mx.dequantize(module.weight, module.scales, module.get("biases"), group_size=module.group_size,
-                         bits=module.bits, mode=module.mode, dtype=mx.float32)
-    mx.eval(wide)
-    return _view(wide)
-
-
 @dataclass(frozen=True)
 class _Layer:
-    q: np.ndarray
-    k: np.ndarray
-    v: np.ndarray
-    o: np.ndarray
+    qkv: Joined  # the query, key and value maps of the normed input
+    o: LinearMap
     q_norm: np.ndarray
     k_norm: np.ndarray
-    gate: np.ndarray
-    up: np.ndarray
-    down: np.ndarray
+    gate_up: Joined
+    down: LinearMap
     input_norm: np.ndarray
     post_norm: np.ndarray
 
@@ -106,15 +94,19 @@ class NumpyDecoder:
         self.eps, self.heads, self.kv_heads, self.head_dim = dims.rms_norm_eps, dims.heads, dims.kv_heads, dims.head_dim
         theta, head_dim = dims.rope_theta, dims.head_dim
         self.layers = [
-            _Layer(*(_weight(m) for m in (
-                layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
-                layer.self_attn.q_norm, layer.self_attn.k_norm, layer.mlp.gate_proj, layer.mlp.up_proj,
-                layer.mlp.down_proj, layer.input_layernorm, layer.post_attention_layernorm)))
+            _Layer(Joined([linear_map(m) for m in (layer.self_attn.q_proj, layer.self_attn.k_proj,
+                                                    layer.self_attn.v_proj)]),
+                   linear_map(layer.self_attn.o_proj),
+                   _view(layer.self_attn.q_norm.weight), _view(layer.self_attn.k_norm.weight),
+                   Joined([linear_map(layer.mlp.gate_proj), linear_map(layer.mlp.up_proj)]),
+                   linear_map(layer.mlp.down_proj),
+                   _view(layer.input_layernorm.weight), _view(layer.post_attention_layernorm.weight))
             for layer in t.layers
         ]
-        self.embed = _weight(t.embed_tokens)
+        # The embedding and, tied, the head: one map, its rows looked up (embed) and its product taken (head).
+        self.head = linear_map(t.embed_tokens if model.tied else model.lm_head)
+        self.embed = self.head if model.tied else linear_map(t.embed_tokens)
         self.norm = _view(t.norm.weight)
-        self.head = self.embed if model.tied else _weight(model.lm_head)
         self.inv_freq = (1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)).astype(np.float32)
 
     def row(self, capacity: int) -> Row:
@@ -127,7 +119,7 @@ class NumpyDecoder:
         for first in range(0, x.shape[0], BLOCK):
             h = self._forward(x[first : first + BLOCK], row)
             check()
-        return row, self.head @ self._rms(h[-1], self.norm)
+        return row, self.head(self._rms(h[-1:], self.norm))[0]
 
     def hidden(self, x: np.ndarray, rows: np.ndarray, check: Callable[[], None]) -> np.ndarray:
         """(positions, hidden) prompt embeddings -> the final (normed) hidden states at ``rows``, in a single causal
@@ -149,7 +141,7 @@ class NumpyDecoder:
         for i, w in enumerate(self.layers):
             x = x + self._attention(self._rms(x, w.input_norm), w, row.keys[i], row.values[i], pos, cos, sin)
             h = self._rms(x, w.post_norm)
-            x = x + _swiglu(h @ w.gate.T, h @ w.up.T) @ w.down.T
+            x = x + w.down(_swiglu(*w.gate_up(h)))
         row.length = pos + x.shape[0]
         return x
 
@@ -157,17 +149,17 @@ class NumpyDecoder:
         """Feeds each row its token -> the next logits, one per row (len(rows), vocabulary)."""
         if any(r.length >= r.keys[0].shape[1] for r in rows):
             raise ValueError("a sequence is past the room its prefill made")
-        x = self.embed[tokens]
+        x = self._embed(tokens)
         positions = np.array([r.length for r in rows], dtype=np.float32)
         angle = positions[:, None] * self.inv_freq[None]
         cos, sin = np.cos(angle)[:, None], np.sin(angle)[:, None]  # (rows, 1, head_dim / 2)
         n, hd, group = len(rows), self.head_dim, self.heads // self.kv_heads
         scale = np.float32(hd**-0.5)
         for i, w in enumerate(self.layers):
-            h = self._rms(x, w.input_norm)
-            q = self._rope(self._rms((h @ w.q.T).reshape(n, self.heads, hd), w.q_norm), cos, sin)
-            k = self._rope(self._rms((h @ w.k.T).reshape(n, self.kv_heads, hd), w.k_norm), cos, sin)
-            v = (h @ w.v.T).reshape(n, self.kv_heads, hd)
+            q, k, v = w.qkv(self._rms(x, w.input_norm))
+            q = self._rope(self._rms(q.reshape(n, self.heads, hd), w.q_norm), cos, sin)
+            k = self._rope(self._rms(k.reshape(n, self.kv_heads, hd), w.k_norm), cos, sin)
+            v = v.reshape(n, self.kv_heads, hd)
             out = np.empty((n, self.heads * hd), np.float32)
             for b, row in enumerate(rows):
                 end = row.length + 1
@@ -177,12 +169,18 @@ class NumpyDecoder:
                 scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
                 scores /= scores.sum(axis=-1, keepdims=True)
                 out[b] = np.matmul(scores, values[:, :end]).reshape(-1)
-            x = x + out @ w.o.T
+            x = x + w.o(out)
             h = self._rms(x, w.post_norm)
-            x = x + _swiglu(h @ w.gate.T, h @ w.up.T) @ w.down.T
+            x = x + w.down(_swiglu(*w.gate_up(h)))
         for row in rows:
             row.length += 1
-        return self._rms(x, self.norm) @ self.head.T
+        return self.head(self._rms(x, self.norm))
+
+    def _embed(self, tokens: list[int]) -> np.ndarray:
+        """The tokens' embedding rows, float32 (len(tokens), hidden)."""
+        if isinstance(self.embed, Linear):
+            return self.embed.weight_t.T[tokens]
+        return self.embed.rows(tokens)  # type: ignore[attr-defined]
 
     def _rms(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
         return weight * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps))
@@ -195,10 +193,11 @@ class NumpyDecoder:
     def _attention(self, x: np.ndarray, w: _Layer, keys: np.ndarray, values: np.ndarray, pos: int, cos: np.ndarray,
                    sin: np.ndarray) -> np.ndarray:
         n, hd = x.shape[0], self.head_dim
-        q = self._rope(self._rms((x @ w.q.T).reshape(n, self.heads, hd), w.q_norm), cos, sin)
-        k = self._rope(self._rms((x @ w.k.T).reshape(n, self.kv_heads, hd), w.k_norm), cos, sin)
+        q, k, v = w.qkv(x)
+        q = self._rope(self._rms(q.reshape(n, self.heads, hd), w.q_norm), cos, sin)
+        k = self._rope(self._rms(k.reshape(n, self.kv_heads, hd), w.k_norm), cos, sin)
         keys[:, pos : pos + n] = k.transpose(1, 0, 2)
-        values[:, pos : pos + n] = (x @ w.v.T).reshape(n, self.kv_heads, hd).transpose(1, 0, 2)
+        values[:, pos : pos + n] = v.reshape(n, self.kv_heads, hd).transpose(1, 0, 2)
         group = self.heads // self.kv_heads  # query heads per key/value head, consecutive
         q *= np.float32(hd**-0.5)  # scaled here: n x head_dim numbers, not n x keys scores
         q = q.reshape(n, self.kv_heads, group, hd).transpose(1, 2, 0, 3)  # (kv, group, n, hd)
@@ -228,7 +227,7 @@ class NumpyDecoder:
         else:
             for kv in range(self.kv_heads):
                 head(kv)
-        return out.reshape(n, -1) @ w.o.T
+        return w.o(out.reshape(n, -1))
 
 
 def greedy_numpy(decoder: NumpyDecoder, x: np.ndarray, stop: set[int], budget: int,

@@ -52,9 +52,9 @@ def load_network(folder: Path, pins: Mapping[str, str] | None) -> Network:
 
 def numpy_decoder(net: Network, wanted: bool | None) -> NumpyDecoder | None:
     """The decoder in numpy on the CPU backend (see cpu_decoder.py: twice as fast there), quantized decoders too:
-    their modules widened to float32 at load, since MLX's quantized kernels on the CPU were measured 3x (Qwen3-ASR)
-    to 20x (the aligner) slower than float32 there (bench/quantized.py), at the cost of a float32 copy in memory;
-    None for MLX's, on Metal. ``wanted``: forced on or off (tests)."""
+    MLX's quantized kernels on the CPU were measured 3x (Qwen3-ASR) to 20x (the aligner) slower than float32 there
+    (bench/quantized.py), so 4- and 8-bit affine modules are multiplied packed by cpu_packed.py's kernels and other
+    modes widened to float32 at load; None for MLX's, on Metal. ``wanted``: forced on or off (tests)."""
     if wanted is None:
         wanted = mx.default_device() == mx.cpu
     return NumpyDecoder(net.model, net.checkpoint.text) if wanted else None

@@ -78,7 +78,7 @@ class Qwen3AlignerEngine:
         rows = np.array([i for i, t in enumerate(ids) if t == self.timestamps.token_id], dtype=np.int64)
         if self.cpu_decoder is not None:
             hidden = self.cpu_decoder.hidden(np.array(x[0]), rows, check)
-            return [int(c) for c in np.argmax(hidden @ self.cpu_decoder.head.T, axis=-1)]
+            return [int(c) for c in np.argmax(self.cpu_decoder.head(hidden), axis=-1)]
         caches = self.model.new_caches()
         picked = []
         for first in range(0, x.shape[1], PREFILL_BLOCK):
