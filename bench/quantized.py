@@ -37,11 +37,12 @@ tokens a second of audio (``max_new_tokens``, about a real transcript's length);
 blank calibration and ``max_symbols``.
 
 Choices: ``default`` is what the daemon runs on this CPU (quantized folders widened to float32 at load for the
-numpy paths, Qwen3's numpy decoder included). Where the engine offers the other choice for a quantized folder it is
-measured too (unless ``--default-only``): ``packed`` (Whisper's ``keep_quantized`` weights in MLX's quantized
-layers: the encoder's blocks and a plain greedy decode in MLX, since omnid's CPU paths read float weights;
-Parakeet's and Nemotron's ``keep_quantized`` where their engines take it) and ``mlx`` (Qwen3's MLX decoder over the
-packed modules, Metal's path). A cell that fails (a folder the loader refuses) prints its error in the table.
+numpy paths; Qwen3's numpy decoder multiplies 4- and 8-bit affine modules packed, omnid/engine/cpu_packed.py).
+Where the engine offers the other choice for a quantized folder it is measured too (unless ``--default-only``):
+``packed`` (Whisper's ``keep_quantized`` weights in MLX's quantized layers: the encoder's blocks and a plain greedy
+decode in MLX, since omnid's CPU paths read float weights; Parakeet's and Nemotron's ``keep_quantized`` where their
+engines take it) and ``mlx`` (Qwen3's MLX decoder over the packed modules, Metal's path).
+A cell that fails (a folder the loader refuses) prints its error in the table.
 
 The table: medians of the runs, and each quantized or float16 row's ratio to the float32 row of its kind (the
 daemon's path), measured in the same run, beside the share of the timed pass in which the machine's CPUs were
@@ -532,7 +533,7 @@ def describe(kind: str, variant: str, choice: str) -> str:
     if choice == "mlx":
         return "MLX packed decoder"
     if kind in ("qwen3_asr", "qwen3_aligner"):
-        return "numpy decoder, widened" if variant.startswith("q") else "numpy decoder"
+        return "numpy decoder, packed" if variant.startswith("q") else "numpy decoder"
     return "widened to f32" if variant.startswith("q") else "as the daemon"
 
 
