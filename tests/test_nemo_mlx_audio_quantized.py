@@ -1,7 +1,8 @@
 """Parakeet and Nemotron folders quantized by mlx-audio 0.6.2's own converters, made here from the tiny random
-checkpoints, loaded through omnid's production loader (widened to float32 at load, as on MLX's CPU device, and kept
-packed for MLX's quantized layers, as on Metal) and compared with mlx-audio's own model on the same folder; what the
-converters cannot write (mixed recipes, Sortformer) and why; and what a broken quantized folder says.
+checkpoints, loaded through omnid's production loader (widened to float32 at load; kept packed, which on MLX's CPU
+device the numpy layers multiply as packed, cpu_packed.py, and on Metal MLX's quantized layers compute, here forced
+through them by a batch of two) and compared with mlx-audio's own model on the same folder; what the converters
+cannot write (mixed recipes, Sortformer) and why; and what a broken quantized folder says.
 
 What each converter writes (a ``quantization`` block ``{"group_size", "bits", "mode"}``, copied to
 ``quantization_config``; a packed uint32 ``weight`` with ``scales``, and ``biases`` in affine mode):
@@ -47,11 +48,14 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 import pytest
 from mlx.utils import tree_map
 
+from omnid.engine.cpu_packed import PackedLinear
 from omnid.engine.errors import CheckpointError
+from omnid.engine.nemo.fastconformer import FastConformer
 from omnid.engine.nemo.transducer import Transducer
 from omnid.engine.nemotron.checkpoint import load as load_nemotron
 from omnid.engine.nemotron.engine import NemotronEngine
@@ -183,6 +187,28 @@ def _emissions(t: Transducer | None, theirs: Any, encoded: np.ndarray, their_enc
     return np.array(mine), np.array(theirs_rows)
 
 
+def _packed_in(encoder: FastConformer) -> int:
+    """How many of the encoder's modules are MLX's quantized ones (kept packed)."""
+    return sum(isinstance(m, nn.QuantizedLinear) for _, m in encoder.named_modules())
+
+
+class _MlxLayers:
+    """A Parakeet model whose encoder runs MLX's layers, quantized ones included (Metal's path): a batch of two
+    copies of the input, which the CPU's numpy layers (one sequence) do not take."""
+
+    def __init__(self, model: Parakeet):
+        self.model = model
+
+    def encode(self, mel: np.ndarray) -> np.ndarray:
+        x = self.model.encoder.subsampling(mx.array(np.stack([mel, mel])))
+        out = self.model.encoder.encode(x)[0]
+        mx.eval(out)
+        return np.array(out)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
 PARAKEET_CASES = [("tdt", "4bit"), ("tdt", "8bit"), ("tdt", "mxfp4"), ("tdt", "nvfp4"), ("rnnt", "5bit-g32"),
                   ("ctc", "6bit-g128"), ("ctc", "mxfp8")]
 
@@ -200,8 +226,9 @@ def test_parakeet_folders_quantized_by_mlx_audio_compute_as_mlx_audio(
     assert wide.quantized == {} and all(n.startswith("encoder.") for n in packed.quantized)
     assert len(packed.quantized) == sum(n.startswith("encoder.") for n in written)  # the joint's widened
     assert {q.mode for q in packed.quantized.values()} == {_mode(choice)}
-    ours = {"widened": Parakeet(wide), "packed": Parakeet(packed)}
-    assert not ours["widened"].encoder.packed and ours["packed"].encoder.packed
+    ours: dict[str, Any] = {"widened": Parakeet(wide), "packed": Parakeet(packed)}
+    ours["mlx layers"] = _MlxLayers(ours["packed"])
+    assert _packed_in(ours["widened"].encoder) == 0 and _packed_in(ours["packed"].encoder) == len(packed.quantized)
     theirs, float32 = _reference(folder), _reference(made(f"parakeet/{kind}/float32"))
     compared = 0
     for clip in CLIPS:
@@ -237,13 +264,21 @@ def test_parakeet_folders_quantized_by_mlx_audio_compute_as_mlx_audio(
 @pytest.mark.parametrize("kind", ["tdt", "ctc"])
 def test_a_quantized_parakeet_folder_transcribes_alike_widened_and_packed(kind: str,
                                                                           made: Callable[[str], Path]) -> None:
-    """The production engine on a quantized folder: its CPU default (widened at load, the numpy layers) and MLX's
-    quantized layers (Metal's choice, forced here) give the same tokens."""
+    """The production engine on a quantized folder: its CPU default (a 4-bit affine folder's encoder layers kept
+    packed and multiplied so by the numpy layers; an mxfp8 one widened at load), every module widened, and every
+    module kept packed give the same tokens."""
     folder = made(f"parakeet/{kind}/{'4bit' if kind == 'tdt' else 'mxfp8'}")
     audio = parakeet_audio("ljspeech")
-    widened, packed = ParakeetEngine("w", folder), ParakeetEngine("p", folder, keep_quantized=True)
-    assert widened.model.encoder.packed is False and packed.model.encoder.packed is True
-    assert [t.id for t in widened.tokens(audio)] == [t.id for t in packed.tokens(audio)]
+    default = ParakeetEngine("d", folder)
+    widened, packed = ParakeetEngine("w", folder, keep_quantized=False), ParakeetEngine("p", folder, keep_quantized=True)
+    in_layers = sum(n.startswith("encoder.layers.") for n in load_parakeet(folder, keep_quantized=True).quantized)
+    assert in_layers > 0 and _packed_in(default.model.encoder) == (in_layers if kind == "tdt" else 0)
+    assert _packed_in(widened.model.encoder) == 0 and _packed_in(packed.model.encoder) > 0
+    tokens = [t.id for t in widened.tokens(audio)]
+    assert tokens and [t.id for t in default.tokens(audio)] == tokens == [t.id for t in packed.tokens(audio)]
+    if kind == "tdt":  # the numpy layers read the kept modules as cpu_packed's maps
+        first = default.model.encoder._cpu_layers[0]
+        assert all(isinstance(m, PackedLinear) for m in (first.q, first.k, first.v, first.o, first.ff1.linear1))
 
 
 # --- Nemotron -----------------------------------------------------------------------------------------------------
@@ -324,10 +359,13 @@ def test_a_quantized_nemotron_folder_streams_alike_widened_and_packed(made: Call
     quantized layers when kept packed) gives the same text either way."""
     folder = made("nemotron/8bit-g32")
     audio = nemotron_audio("ljspeech")
-    widened, packed = NemotronEngine("w", folder), NemotronEngine("p", folder, keep_quantized=True)
-    assert packed.model.encoder.packed and not widened.model.encoder.packed
+    default = NemotronEngine("d", folder)
+    widened, packed = NemotronEngine("w", folder, keep_quantized=False), NemotronEngine("p", folder, keep_quantized=True)
+    assert _packed_in(default.model.encoder) > 0 and _packed_in(widened.model.encoder) == 0
     text = widened.transcribe(audio).text
-    assert text and packed.transcribe(audio).text == text
+    assert text and packed.transcribe(audio).text == text == default.transcribe(audio).text
+    # The streaming step's numpy layers read the kept modules as cpu_packed's maps.
+    assert isinstance(default.model.encoder.cpu_streaming_layers[0].q, PackedLinear)
 
 
 # --- what the converters cannot write -----------------------------------------------------------------------------

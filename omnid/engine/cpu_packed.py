@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit
 
 from omnid.engine.cpu_math import CPU_THREADS, by_share
+from omnid.engine.quantization import CPU_PACKED_BITS
 
 # Output rows a kernel step works on: 64 float32 accumulators are four AVX-512 registers (eight AVX2, sixteen NEON).
 BLOCK_ROWS = 64
@@ -42,7 +43,6 @@ FEW_ROWS = 8
 # Output columns unpacked at a time for the BLAS: (in_features, 256) float32 scratch, 1 MB at width 1024, small
 # enough to stay in the core's cache between the unpacking and the product that reads it.
 CHUNK_COLUMNS = 256
-BITS = (4, 8)
 
 # Reassociation lets the compiler vectorize the sums; no assumption about NaN or infinity is made.
 _MATH = {"reassoc", "contract"}
@@ -163,7 +163,7 @@ def _rows(packed, scales, biases, ids, bits, out):
 def packable(module: nn.Module) -> bool:
     """Whether a module is one this file multiplies packed (MLX's affine mode at 4 or 8 bits)."""
     return (isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding)) and module.mode == "affine"
-            and module.bits in BITS)
+            and module.bits in CPU_PACKED_BITS)
 
 
 class _Buffers(threading.local):

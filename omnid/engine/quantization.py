@@ -52,6 +52,10 @@ def offered_modes() -> tuple[str, ...]:
     return tuple(offered)
 
 
+# The affine widths cpu_packed.py's kernels multiply as they are packed (mlx-audio's and mlx-examples' defaults).
+CPU_PACKED_BITS = (4, 8)
+
+
 @dataclass(frozen=True)
 class Quantization:
     """How one module's weight is packed."""
@@ -63,6 +67,11 @@ class Quantization:
     def params(self) -> dict[str, Any]:
         """For ``nn.quantize``'s class predicate."""
         return {"group_size": self.group_size, "bits": self.bits, "mode": self.mode}
+
+    @property
+    def multiplied_packed_on_cpu(self) -> bool:
+        """Whether cpu_packed.py's kernels multiply it as it is packed (else the numpy layers widen it)."""
+        return self.mode == "affine" and self.bits in CPU_PACKED_BITS
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from omnid.engine.nemo import archive
 from omnid.engine.nemo.encoder_config import encoder_config
 from omnid.engine.nemo.fastconformer import ConformerDims, encoder_name, encoder_shapes, mlx_layout
 from omnid.engine.nemo.features import FrontEnd
-from omnid.engine.nemo.mlx_folder import check_folder, read_folder
+from omnid.engine.nemo.mlx_folder import Keep, check_folder, read_folder
 from omnid.engine.pins import verify
 from omnid.engine.quantization import Quantization
 from omnid.engine.tensor_file import WeightFiles, weight_files
@@ -208,7 +208,7 @@ def end_token(folder: Path, tokenizer: CohereTokenizer) -> int:
     return tokenizer.require(EOS_PIECE)
 
 
-def load(path: Path, pins: dict[str, str] | None = None, keep_quantized: bool = False) -> Checkpoint:
+def load(path: Path, pins: dict[str, str] | None = None, keep_quantized: bool | Keep = False) -> Checkpoint:
     folder = Path(path)
     if not folder.is_dir() or not is_cohere(folder):
         raise CheckpointError(f"{folder}: not a Cohere Transcribe folder (config.json with model_type "
@@ -258,7 +258,7 @@ def _read_original(found: WeightFiles) -> dict[str, Any]:
 
 
 def _read_mlx(found: WeightFiles, config: dict, config_path: Path, dims: Dims,
-              keep_quantized: bool) -> tuple[dict[str, Any], dict[str, Quantization]]:
+              keep_quantized: bool | Keep) -> tuple[dict[str, Any], dict[str, Quantization]]:
     """mlx-audio's folder: names and layouts already this package's but the encoder's (renamed by read_folder);
     quantized modules checked, then kept packed (``keep_quantized``: MLX computes every module on Metal) or
     widened."""

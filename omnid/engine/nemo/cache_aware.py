@@ -68,7 +68,7 @@ def stream_steps(encoder: FastConformer, mels: mx.array, caches: list[EncoderCac
     stack: Callable[..., Any]
     convert: Callable[[Any], Any]
     h: Any = x  # the chunks' frames through the layers
-    if mx.default_device() == mx.cpu and not encoder.packed:  # the layers in numpy (cpu_cache_aware.py); the caches stay numpy arrays
+    if mx.default_device() == mx.cpu:  # the layers in numpy (cpu_cache_aware.py); the caches stay numpy arrays
         h, stack, convert = np.array(x), np.stack, np.asarray
         cpu = encoder.cpu_streaming_layers
 

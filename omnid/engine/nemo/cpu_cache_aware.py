@@ -18,7 +18,7 @@ import numpy as np
 
 from omnid.engine.cpu_math import silu_rows
 from omnid.engine.nemo.cpu_fastconformer import attention_weights, relative_keys, relative_sinusoids, relative_table
-from omnid.engine.numpy_layers import Linear, Norm, as_numpy, by_columns
+from omnid.engine.numpy_layers import LinearMap, Norm, as_numpy, by_columns, linear_map
 
 # A layer keeps the relative keys of this many keys (more if a chunk has more): a chunk of n keys takes the middle
 # 2n - 1 rows, the same numbers as a table of its own. One table per layer, whatever the chunk sizes: a table per
@@ -27,9 +27,9 @@ from omnid.engine.numpy_layers import Linear, Norm, as_numpy, by_columns
 TABLE_KEYS = 128
 
 
-def _project(x: np.ndarray, *linears: Linear) -> list[np.ndarray]:
+def _project(x: np.ndarray, *linears: LinearMap) -> list[np.ndarray]:
     """Each linear(x) for a few rows, the output columns shared among the threads."""
-    outs = [np.empty((len(x), lin.weight_t.shape[1]), np.float32) for lin in linears]
+    outs = [np.empty((len(x), lin.shape[1]), np.float32) for lin in linears]
     by_columns(x, list(zip(linears, outs)))
     return outs
 
@@ -41,18 +41,18 @@ class CpuStreamingLayer:
     def __init__(self, layer: nn.Module):
         self.norm_ff1, self.norm_att, self.norm_conv, self.norm_ff2, self.norm_out = (Norm.of(n) for n in (
             layer.norm_feed_forward1, layer.norm_self_att, layer.norm_conv, layer.norm_feed_forward2, layer.norm_out))
-        self.ff1 = (Linear.of(layer.feed_forward1.linear1), Linear.of(layer.feed_forward1.linear2))
-        self.ff2 = (Linear.of(layer.feed_forward2.linear1), Linear.of(layer.feed_forward2.linear2))
+        self.ff1 = (linear_map(layer.feed_forward1.linear1), linear_map(layer.feed_forward1.linear2))
+        self.ff2 = (linear_map(layer.feed_forward2.linear1), linear_map(layer.feed_forward2.linear2))
         self.heads, self.q, self.k, self.v, self.o, self.relative_k, self.bias_u, self.bias_v = attention_weights(
             layer.self_attn)
         conv = layer.conv
-        self.pointwise1, self.pointwise2 = Linear.of(conv.pointwise_conv1), Linear.of(conv.pointwise_conv2)
+        self.pointwise1, self.pointwise2 = linear_map(conv.pointwise_conv1), linear_map(conv.pointwise_conv2)
         self.depthwise = as_numpy(conv.depthwise_conv.weight)[..., 0].T.copy()  # (K, C): tap i's weights in a row
         self.depthwise_bias = as_numpy(conv.depthwise_conv.bias) if "bias" in conv.depthwise_conv else None
         assert isinstance(conv.norm, nn.LayerNorm), "a cache-aware encoder's convolution norm is a layer norm"
         self.conv_norm = Norm.of(conv.norm)
         # The relative keys of positions N-1 ... -(N-1) (2N - 1 rows), made at the first chunk.
-        self._positions = np.zeros((0, self.relative_k.weight_t.shape[1]), np.float32)
+        self._positions = np.zeros((0, self.relative_k.shape[1]), np.float32)
 
     def __call__(self, x: np.ndarray, keys: np.ndarray, values: np.ndarray, time: np.ndarray, mask: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -81,7 +81,7 @@ class CpuStreamingLayer:
         return keys[:, t:], values[:, t:], window[:, -time.shape[1] :]  # the newest left frames
 
     @staticmethod
-    def _feed_forward(rows: np.ndarray, norm: Norm, linears: tuple[Linear, Linear]) -> None:
+    def _feed_forward(rows: np.ndarray, norm: Norm, linears: tuple[LinearMap, LinearMap]) -> None:
         hidden, = _project(norm(rows.copy()), linears[0])
         silu_rows(hidden, np.empty_like(hidden))
         out, = _project(hidden, linears[1])
@@ -116,7 +116,7 @@ class CpuStreamingLayer:
         size = (len(self._positions) + 1) // 2
         if size < n:
             size = max(n, TABLE_KEYS)
-            table = relative_table(size, self.relative_k.weight_t.shape[0])
+            table = relative_table(size, self.relative_k.shape[0])
             self._positions = relative_keys(self.relative_k, *relative_sinusoids(table))
         return self._positions[size - n : size + n - 1]
 

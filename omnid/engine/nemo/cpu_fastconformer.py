@@ -19,17 +19,17 @@ import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import glu_depthwise_silu, relative_attention_np, relu_rows, silu_rows
-from omnid.engine.numpy_layers import Linear, Norm, as_numpy, blocks, scratch
+from omnid.engine.numpy_layers import Linear, LinearMap, Norm, as_numpy, blocks, linear_map, scratch
 
 
 class FeedForward:
     """x += 0.5 * linear2(SiLU(linear1(norm(x)))) on a block of rows."""
 
     def __init__(self, norm: nn.LayerNorm, linear1: nn.Linear, linear2: nn.Linear):
-        self.norm, self.linear1, self.linear2 = Norm.of(norm), Linear.of(linear1), Linear.of(linear2)
+        self.norm, self.linear1, self.linear2 = Norm.of(norm), linear_map(linear1), linear_map(linear2)
 
     def add_to(self, x: np.ndarray) -> None:
-        rows, (m, ff) = len(x), self.linear1.weight_t.shape
+        rows, (m, ff) = len(x), self.linear1.shape
         normed = scratch.get("normed", rows, m)
         normed[:] = x
         hidden = self.linear1(self.norm(normed), scratch.get("hidden", rows, ff))
@@ -51,7 +51,7 @@ class CpuConformerLayer:
         self.heads, self.q, self.k, self.v, self.o, self.relative_k, self.bias_u, self.bias_v = attention_weights(
             layer.self_attn)
         conv = layer.conv
-        self.pointwise1, self.pointwise2 = Linear.of(conv.pointwise_conv1), Linear.of(conv.pointwise_conv2)
+        self.pointwise1, self.pointwise2 = linear_map(conv.pointwise_conv1), linear_map(conv.pointwise_conv2)
         # The batch norm folded into the depthwise convolution: (w x + b - mean) * s + beta.
         norm = conv.norm
         s = as_numpy(norm.weight * mx.rsqrt(norm.running_var + norm.eps))
@@ -100,24 +100,32 @@ class CpuConformerLayer:
         blocks(pointwise2_feed_forward2_and_norm, t)
 
 
-def attention_weights(att: nn.Module) -> tuple[int, Linear, Linear, Linear, Linear, Linear, np.ndarray, np.ndarray]:
+def attention_weights(att: nn.Module
+                      ) -> tuple[int, LinearMap, LinearMap, LinearMap, LinearMap, LinearMap, np.ndarray, np.ndarray]:
     """A relative-position attention's (fastconformer.RelPositionAttention) heads, q, k, v, o and position
     projections, and its two biases."""
-    relative_k = Linear.of(att.relative_k_proj)
-    assert relative_k.bias is None  # NeMo's linear_pos has none; relative_keys relies on it
-    q, k, v, o = (Linear.of(p) for p in (att.q_proj, att.k_proj, att.v_proj, att.o_proj))
+    relative_k = linear_map(att.relative_k_proj)
+    assert "bias" not in att.relative_k_proj  # NeMo's linear_pos has none; relative_keys relies on it
+    q, k, v, o = (linear_map(p) for p in (att.q_proj, att.k_proj, att.v_proj, att.o_proj))
     return att.heads, q, k, v, o, relative_k, as_numpy(att.bias_u), as_numpy(att.bias_v)
 
 
-def relative_keys(relative_k: Linear, sin: np.ndarray, cos: np.ndarray) -> np.ndarray:
+def relative_keys(relative_k: LinearMap, sin: np.ndarray, cos: np.ndarray) -> np.ndarray:
     """relative_k (no bias) of the embeddings of relative positions T-1 ... -(T-1), from those of 0 ... T-1 alone:
     an embedding interleaves sin(r w_i) and cos(r w_i), so that of -r is that of r with its sines negated, and
     each half of the product (sines by the even input rows of the weight, cosines by the odd ones) serves +r
-    and -r. Half the multiply-adds of the whole table's product, which was a fifth of a Parakeet layer's."""
-    t, m = len(sin), relative_k.weight_t.shape[1]
-    by_sin, by_cos = (np.ascontiguousarray(relative_k.weight_t[i::2]) for i in (0, 1))
+    and -r. Half the multiply-adds of the whole table's product, which was a fifth of a Parakeet layer's. A packed
+    map (cpu_packed) cannot be split by input rows: it runs over the whole table."""
+    t, m = len(sin), relative_k.shape[1]
     p = np.empty((2 * t - 1, m), np.float32)
     ahead, behind = p[t - 1 :: -1], p[t - 1 :]  # row r: position +r, and -r
+    if not isinstance(relative_k, Linear):
+        table = np.empty((2 * t - 1, 2 * sin.shape[1]), np.float32)
+        table[t - 1 :: -1, 0::2], table[t - 1 :, 0::2] = sin, -sin
+        table[t - 1 :: -1, 1::2], table[t - 1 :, 1::2] = cos, cos
+        blocks(lambda start, stop: relative_k(table[start:stop], p[start:stop]), 2 * t - 1)
+        return p
+    by_sin, by_cos = (np.ascontiguousarray(relative_k.weight_t[i::2]) for i in (0, 1))
 
     def block(start: int, stop: int) -> None:
         s = np.matmul(sin[start:stop], by_sin, out=scratch.get("sin", stop - start, m))
@@ -149,9 +157,9 @@ def relative_sinusoids(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def linear(x: np.ndarray, layer: nn.Module, relu: bool = False) -> np.ndarray:
     """layer(x) over the last axis of x (a Linear, or a 1x1 convolution), ReLU after it if asked, in row blocks."""
-    proj = Linear.of(layer)
+    proj = linear_map(layer)
     rows = x.reshape(-1, x.shape[-1])
-    out = np.empty((len(rows), proj.weight_t.shape[1]), np.float32)
+    out = np.empty((len(rows), proj.shape[1]), np.float32)
 
     def block(start: int, stop: int) -> None:
         proj(rows[start:stop], out[start:stop])

@@ -31,6 +31,7 @@ from omnid.engine.cpu_math import (
 from omnid.engine.nemo.cpu_cache_aware import CpuStreamingLayer
 from omnid.engine.nemo.cpu_fastconformer import CpuConformerLayer, linear, relative_sinusoids, relative_table
 from omnid.engine.numpy_layers import through_layers
+from omnid.engine.quantization import Quantization
 
 Tensor = TypeVar("Tensor", np.ndarray, mx.array)
 
@@ -86,7 +87,7 @@ class Subsampling(nn.Module):
 
     def __call__(self, mel: mx.array) -> mx.array:
         """mel (B, T, n_mels) -> (B, subsampled_length(T), d_model)."""
-        if on_cpu(mel) and not self.causal and not isinstance(self.linear, nn.QuantizedLinear):
+        if on_cpu(mel) and not self.causal:
             mx.eval(mel)
             return mx.array(self._cpu(np.asarray(mel)[0]))[None]
         x = nn.relu(self.layers_0(self._pad(mel[..., None])))
@@ -261,7 +262,7 @@ class FastConformer(nn.Module):
         cancelled job stops there)."""
         if self.d.xscaling:
             x = x * math.sqrt(self.d.d_model)
-        if on_cpu(x) and not self.d.causal and context is None and not self.packed:
+        if on_cpu(x) and not self.d.causal and context is None:
             table = relative_table(x.shape[1], self.d.d_model)
             return through_layers(x[0], self._cpu_layers, *relative_sinusoids(table), after_each=check)[None]
         pos = relative_positions(x.shape[1], self.d.d_model)
@@ -272,12 +273,6 @@ class FastConformer(nn.Module):
             if check is not None:
                 check()
         return x
-
-    @cached_property
-    def packed(self) -> bool:
-        """Whether some of its layers are MLX's quantized ones (a quantized checkpoint kept packed): then MLX computes
-        it on every device, since the numpy layers read float weights. Asked after the weights are loaded."""
-        return any(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, m in self.named_modules())
 
     @cached_property
     def _cpu_layers(self) -> list[CpuConformerLayer]:
@@ -338,6 +333,13 @@ _ENCODER_RENAMES = (
     (r"\.self_attn\.pos_bias_v$", ".self_attn.bias_v"),
     (r"\.conv\.batch_norm\.", ".conv.norm."),
 )
+
+
+def numpy_packed(module: str, q: Quantization) -> bool:
+    """The packed modules a FastConformer keeps on MLX's CPU device (mlx_folder.keep_packed's ``on_cpu``): its
+    layers' linear maps, which cpu_fastconformer.py and cpu_cache_aware.py multiply packed (numpy_layers.linear_map)
+    in cpu_packed.py's modes. The subsampling's output map is widened: the streaming step runs it in MLX."""
+    return module.startswith("encoder.layers.") and q.multiplied_packed_on_cpu
 
 
 def encoder_name(name: str) -> str:

@@ -31,10 +31,17 @@ _LSTM = re.compile(r"^(decoder\.prediction\.dec_rnn\.lstm)\.(weight_ih|weight_hh
 RNN = "decoder.prediction.dec_rnn.lstm."
 
 
-def keep_packed(wanted: bool | None = None) -> bool:
-    """Whether an engine keeps a quantized folder's packed weights: on Metal (MLX's quantized layers compute them),
-    not on MLX's CPU device, where the numpy layers read float weights (widened at load); ``wanted`` forces it."""
-    return mx.default_device() != mx.cpu if wanted is None else wanted
+# Whether a quantized folder's module stays packed: (this package's module name, its packing) -> kept.
+Keep = Callable[[str, Quantization], bool]
+
+
+def keep_packed(wanted: bool | None = None, on_cpu: Keep = lambda _module, _q: False) -> bool | Keep:
+    """Which packed modules an engine keeps packed: on Metal all (MLX's quantized layers compute them); on MLX's
+    CPU device those ``on_cpu`` names (the kind's numpy layers multiply them packed), the rest widened to float32
+    at load; ``wanted`` forces all or none."""
+    if wanted is not None:
+        return wanted
+    return True if mx.default_device() != mx.cpu else on_cpu
 
 
 def omnid_name(name: str) -> str:
@@ -44,21 +51,22 @@ def omnid_name(name: str) -> str:
 
 def read_folder(weights_path: Path | WeightFiles, config: Mapping[str, Any], config_path: Path,
                 shapes: Mapping[str, tuple[int, ...]],
-                keep_quantized: bool = False, packable: Callable[[str], bool] = lambda _module: False,
+                keep_quantized: bool | Keep = False, packable: Callable[[str], bool] = lambda _module: False,
                 ) -> tuple[dict[str, Any], dict[str, Quantization]]:
-    """An mlx-community ``model.safetensors`` (NeMo's names, MLX's convolution layouts, each LSTM layer as Wx, Wh
-    and one bias: NeMo's two summed) under this package's names: float32 numpy arrays, each tensor freed once
+    """An mlx-community ``model.safetensors`` (NeMo's names, MLX's convolution layouts, each LSTM layer as Wx, Wh and
+    one bias: NeMo's two summed) under this package's names: float32 numpy arrays, each tensor freed once
     converted, and the modules ``packable`` names (this package's module names) kept packed as MLX arrays with
-    ``keep_quantized`` -> (weights, those modules' packing). ``shapes``: the kind's tensors (this package's names),
-    against which each packed matrix is checked; :func:`check_folder` checks the rest. ``weights_path`` may be a
-    folder's sharded weights (``tensor_file.weight_files``: mlx-audio's converter shards past 5 GB), errors then
-    naming the index."""
+    ``keep_quantized`` (all of them, or those it names: :func:`keep_packed`) -> (weights, those modules'
+    packing). ``shapes``: the kind's tensors (this package's names), against which each packed matrix is checked;
+    :func:`check_folder` checks the rest. ``weights_path`` may be a folder's sharded weights
+    (``tensor_file.weight_files``: mlx-audio's converter shards past 5 GB), errors then naming the index."""
     if isinstance(weights_path, WeightFiles):
         tensors = weights_path.tensors()
         weights_path = weights_path.index or weights_path.shards[0]
     else:
         tensors = read_tensors(weights_path)
     block = read_block(dict(config), config_path, lambda module: module)  # errors name the folder's tensors
+    keep = keep_quantized if callable(keep_quantized) else (lambda _module, _q: keep_quantized)
     weights: dict[str, Any] = {}
     quantized: dict[str, Quantization] = {}
     modules = sorted(n.removesuffix(".scales") for n in tensors if n.endswith(".scales"))
@@ -78,7 +86,7 @@ def read_folder(weights_path: Path | WeightFiles, config: Mapping[str, Any], con
             scales = scales.astype(mx.float32)  # float32 either way; the other modes' scales are uint8 exponents
         if biases is not None:
             biases = biases.astype(mx.float32)
-        if keep_quantized and packable(ours):
+        if packable(ours) and keep(ours, q):
             weights[ours + ".weight"], weights[ours + ".scales"] = weight, scales
             if biases is not None:
                 weights[ours + ".biases"] = biases

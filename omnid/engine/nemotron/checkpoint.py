@@ -19,7 +19,7 @@ from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
 from omnid.engine.nemo import archive
 from omnid.engine.nemo.features import FrontEnd
-from omnid.engine.nemo.mlx_folder import check_folder, read_folder
+from omnid.engine.nemo.mlx_folder import Keep, check_folder, read_folder
 from omnid.engine.nemo.tokenizer import Vocabulary
 from omnid.engine.nemo.transducer_checkpoint import (
     DEFAULT_MAX_SYMBOLS,
@@ -141,7 +141,7 @@ def is_mlx_folder(path: Path) -> bool:
     return isinstance(config, dict) and config.get("model_type") == "nemotron_asr"
 
 
-def load(path: Path, pins: dict[str, str] | None = None, keep_quantized: bool = False) -> Checkpoint:
+def load(path: Path, pins: dict[str, str] | None = None, keep_quantized: bool | Keep = False) -> Checkpoint:
     """A Nemotron streaming ``.nemo`` or mlx-community folder: config, tokenizer and weights, each tensor
     shape-checked, naming the file and the tensor. A folder quantized by mlx-audio keeps its encoder's and prompt
     output layer's packed weights with ``keep_quantized`` (MLX's quantized layers); else, and for the transducer
@@ -164,7 +164,7 @@ def load(path: Path, pins: dict[str, str] | None = None, keep_quantized: bool = 
     return ckpt
 
 
-def _load_mlx(folder: Path, keep_quantized: bool = False) -> Checkpoint:
+def _load_mlx(folder: Path, keep_quantized: bool | Keep = False) -> Checkpoint:
     """mlx-audio's config (its converter's keys) read as the NeMo config it came from; the weights as Parakeet's
     mlx-community folders hold them (float16, bfloat16 or float32; computed in float32), or quantized by mlx-audio
     (its converter's ``--quantize``, or ``mlx_audio.convert -q``: a ``quantization`` block, packed Linears and

@@ -28,6 +28,7 @@ from omnid.engine.errors import EngineError
 from omnid.engine.interface import Capabilities, Program, Sentence, StreamUpdate
 from omnid.engine.nemo import timestamps
 from omnid.engine.nemo.cache_aware import stream_steps
+from omnid.engine.nemo.fastconformer import numpy_packed
 from omnid.engine.nemo.mlx_folder import keep_packed
 from omnid.engine.nemotron.checkpoint import load
 from omnid.engine.nemotron.model import Nemotron
@@ -87,7 +88,7 @@ class NemotronEngine:
                  keep_quantized: bool | None = None):
         started = time.perf_counter()
         self.model_id = model_id
-        ckpt = load(Path(path), dict(pins) if pins else None, keep_packed(keep_quantized))
+        ckpt = load(Path(path), dict(pins) if pins else None, keep_packed(keep_quantized, on_cpu=numpy_packed))
         self.layout = "mlx" if Path(path).is_dir() else "nemo"
         self.model = Nemotron(ckpt)
         self.chunk = self.model.streaming.contexts[0][1] + 1  # the native chunk: the default right context + 1

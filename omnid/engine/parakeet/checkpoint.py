@@ -17,7 +17,7 @@ from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
 from omnid.engine.nemo import archive
 from omnid.engine.nemo.features import FrontEnd
-from omnid.engine.nemo.mlx_folder import check_folder, read_folder
+from omnid.engine.nemo.mlx_folder import Keep, check_folder, read_folder
 from omnid.engine.nemo.tokenizer import Vocabulary
 from omnid.engine.nemo.transducer_checkpoint import (
     Checkpoint,
@@ -65,7 +65,7 @@ def is_mlx_folder(path: Path) -> bool:
     return ctc_model(config) and "vocabulary" in config["decoder"]
 
 
-def load(path: Path, pins: dict[str, str] | None = None, keep_quantized: bool = False) -> Checkpoint:
+def load(path: Path, pins: dict[str, str] | None = None, keep_quantized: bool | Keep = False) -> Checkpoint:
     """A ``.nemo`` file, a folder holding exactly one, mlx-community's folder (config.json + model.safetensors,
     float or quantized by mlx-audio) or the transformers layout (config.json naming ParakeetForTDT/RNNT/CTC,
     safetensors, tokenizer.json). A quantized folder's encoder keeps its packed weights with ``keep_quantized`` (for
@@ -109,7 +109,7 @@ def _load_nemo(path: Path) -> Checkpoint:
     return Checkpoint(path, "nemo", front, dims, vocabulary, weights, [path])
 
 
-def _load_mlx(folder: Path, keep_quantized: bool = False) -> Checkpoint:
+def _load_mlx(folder: Path, keep_quantized: bool | Keep = False) -> Checkpoint:
     """parakeet-mlx's layout: NeMo's names and config, MLX's convolution layouts, each LSTM layer as Wx, Wh and one
     bias (NeMo's two summed), float16, bfloat16 or float32 (computed in float32), or quantized by mlx-audio's
     converter (``mlx_audio.convert -q``: the encoder's Linears and the joint's encoder projection)."""

@@ -19,6 +19,7 @@ from omnid.audio import SAMPLE_RATE
 from omnid.engine.errors import EngineError
 from omnid.engine.interface import Capabilities, Hypothesis
 from omnid.engine.nemo import timestamps
+from omnid.engine.nemo.fastconformer import numpy_packed
 from omnid.engine.nemo.mlx_folder import keep_packed
 from omnid.engine.nemo.transducer import Token
 from omnid.engine.options import TranscribeOptions
@@ -43,7 +44,7 @@ class ParakeetEngine:
                  options: ParakeetOptions = ParakeetOptions(), keep_quantized: bool | None = None):
         started = time.perf_counter()
         self.model_id, self.options = model_id, options
-        ckpt = load(Path(path), dict(pins) if pins else None, keep_packed(keep_quantized))
+        ckpt = load(Path(path), dict(pins) if pins else None, keep_packed(keep_quantized, on_cpu=numpy_packed))
         self.layout = ckpt.layout
         self.model = Parakeet(ckpt)
         self.ctc = options.decoder == "ctc" or self.model.transducer is None  # a CTC model has only that head
