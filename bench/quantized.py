@@ -36,12 +36,14 @@ then the timed pass over the clips. Random weights never stop by themselves: Qwe
 tokens a second of audio (``max_new_tokens``, about a real transcript's length); Parakeet and Nemotron stop by their
 blank calibration and ``max_symbols``.
 
-Choices: ``default`` is what the daemon runs on this CPU (quantized folders widened to float32 at load for the
-numpy paths; Qwen3's numpy decoder multiplies 4- and 8-bit affine modules packed, omnid/engine/cpu_packed.py).
-Where the engine offers the other choice for a quantized folder it is measured too (unless ``--default-only``):
-``packed`` (Whisper's ``keep_quantized`` weights in MLX's quantized layers: the encoder's blocks and a plain greedy
-decode in MLX, since omnid's CPU paths read float weights; Parakeet's and Nemotron's ``keep_quantized`` where their
-engines take it) and ``mlx`` (Qwen3's MLX decoder over the packed modules, Metal's path).
+Choices: ``default`` is what the daemon runs on this CPU (quantized folders widened to float32 at load for the numpy
+paths, except 4- and 8-bit affine modules that a numpy path multiplies packed, omnid/engine/cpu_packed.py: Qwen3's
+decoder, Parakeet's and Nemotron's encoder layers). Where the engine offers the other choice for a quantized folder
+it is measured too (unless ``--default-only``): ``packed`` (Whisper's ``keep_quantized`` weights in MLX's quantized
+layers: the encoder's blocks and a plain greedy decode in MLX, since omnid's CPU paths read float weights;
+Parakeet's and Nemotron's ``keep_quantized``: every module their converter packed kept so, the numpy layers widening
+those cpu_packed does not multiply, and Nemotron's subsampling and prompt in MLX's quantized layers) and ``mlx``
+(Qwen3's MLX decoder over the packed modules, Metal's path).
 A cell that fails (a folder the loader refuses) prints its error in the table.
 
 The table: medians of the runs, and each quantized or float16 row's ratio to the float32 row of its kind (the
@@ -534,6 +536,8 @@ def describe(kind: str, variant: str, choice: str) -> str:
         return "MLX packed decoder"
     if kind in ("qwen3_asr", "qwen3_aligner"):
         return "numpy decoder, packed" if variant.startswith("q") else "numpy decoder"
+    if kind in ("parakeet", "nemotron") and variant.startswith("q"):
+        return "encoder layers packed"
     return "widened to f32" if variant.startswith("q") else "as the daemon"
 
 
