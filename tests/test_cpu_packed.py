@@ -1,7 +1,7 @@
 """cpu_packed: a 4- or 8-bit affine module multiplied as it is packed gives MLX's own quantized layer's product (the
-same packed weights), by both kernels (few rows and many), for every group size, output widths on and off its
-blocks, with and without a bias; lookups give MLX's dequantized rows; stacked maps give each map's product; what it
-does not take is widened instead."""
+same packed weights, read in place), by both kernels (few rows and many), for every group size, odd output widths,
+with and without a bias; lookups give MLX's dequantized rows; joined maps give each map's product; what it does not
+take is widened instead."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
-from omnid.engine.cpu_packed import BLOCK_ROWS, FEW_ROWS, PackedLinear, packable
+from omnid.engine.cpu_packed import CHUNK_ROWS, FEW_ROWS, PackedLinear, packable
 from omnid.engine.numpy_layers import Joined, Linear, by_columns, linear_map
 
 RNG = np.random.default_rng(7)
@@ -30,7 +30,7 @@ def _close(got: np.ndarray, want: np.ndarray) -> None:
 
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("group", [32, 64, 128])
-@pytest.mark.parametrize(("inputs", "outputs", "bias"), [(256, 3 * BLOCK_ROWS, False), (128, 100, True)])
+@pytest.mark.parametrize(("inputs", "outputs", "bias"), [(256, CHUNK_ROWS + 70, False), (128, 100, True)])
 def test_products_are_mlx_quantized_layers(bits: int, group: int, inputs: int, outputs: int, bias: bool) -> None:
     layer = _quantized(inputs, outputs, bits, group, bias)
     packed = linear_map(layer)
@@ -46,11 +46,16 @@ def test_products_are_mlx_quantized_layers(bits: int, group: int, inputs: int, o
         packed.rows([outputs])
 
 
-def test_packed_memory_is_bits_over_32_of_float32s_plus_scales() -> None:
+def test_packed_weights_are_the_modules_own_arrays() -> None:
     for bits in (4, 8):
-        packed = PackedLinear.of(_quantized(1024, 1024, bits, 64, False))
+        layer = _quantized(1024, 1024, bits, 64, False)
+        packed = PackedLinear.of(layer)
         per_weight = packed.nbytes / (1024 * 1024)
         assert per_weight == pytest.approx(bits / 8 + 8 / 64)  # the packed bits and a float32 scale and bias a group
+        # Views of the MLX module's arrays, not copies: a packed model is in memory once.
+        for mine, theirs in ((packed.packed, layer.weight), (packed.scales, layer.scales),
+                             (packed.biases, layer.biases)):
+            assert np.shares_memory(mine, np.asarray(theirs))
 
 
 def test_an_embedding_looks_up_and_multiplies_packed() -> None:
@@ -64,28 +69,32 @@ def test_an_embedding_looks_up_and_multiplies_packed() -> None:
     _close(packed(x), np.array(q.as_linear(mx.array(x))))
 
 
-def test_stacked_maps_give_each_maps_product() -> None:
-    layers = [_quantized(256, n, 4, 64, False) for n in (2 * BLOCK_ROWS, BLOCK_ROWS, 100)]
+def test_joined_maps_give_each_maps_product() -> None:
+    layers = [_quantized(256, n, 4, 64, False) for n in (128, 64, 100)] + [_quantized(256, 40, 8, 32, True)]
     joined = Joined([linear_map(layer) for layer in layers])
-    assert len(joined.maps) == 1  # one product
+    assert joined.packed  # one pass over the threads for all of them
     for rows in (1, 20):
         x = RNG.standard_normal((rows, 256)).astype(np.float32)
         for got, layer in zip(joined(x), layers, strict=True):
             _close(got, np.array(layer(mx.array(x))))
-    # A width off the blocks before the last, or different bits, cannot be stacked: each keeps its own product.
-    assert len(Joined([linear_map(_quantized(256, 100, 4, 64, False)), linear_map(layers[0])]).maps) == 2
-    assert len(Joined([linear_map(layers[0]), linear_map(_quantized(256, 64, 8, 64, False))]).maps) == 2
+    float_too = Joined([linear_map(layers[0]), linear_map(nn.Linear(256, 30))])
+    assert not float_too.packed
+    x = RNG.standard_normal((2, 256)).astype(np.float32)
+    _close(float_too(x)[0], np.array(layers[0](mx.array(x))))
 
 
-def test_column_shares_keep_to_the_blocks() -> None:
-    layer = _quantized(128, 5 * BLOCK_ROWS + 10, 8, 64, True)
+def test_any_column_share_is_the_product() -> None:
+    layer = _quantized(128, 333, 8, 64, True)
     packed = linear_map(layer)
-    x = RNG.standard_normal((3, 128)).astype(np.float32)
-    out = np.empty((3, packed.shape[1]), np.float32)
-    by_columns(x, [(packed, out)])
-    _close(out, np.array(layer(mx.array(x))))
-    with pytest.raises(ValueError, match="blocks"):
-        packed.columns(x, 10, 64, np.empty((3, 54), np.float32))
+    for rows in (3, FEW_ROWS + 2):
+        x = RNG.standard_normal((rows, 128)).astype(np.float32)
+        want = np.array(layer(mx.array(x)))
+        out = np.empty((rows, packed.shape[1]), np.float32)
+        by_columns(x, [(packed, out)])
+        _close(out, want)
+        part = np.empty((rows, 54), np.float32)
+        packed.columns(x, 10, 64, part)
+        _close(part, want[:, 10:64])
 
 
 @pytest.mark.parametrize(("mode", "bits", "group"), [("affine", 6, 64), ("affine", 2, 64), ("mxfp4", 4, 32),

@@ -16,6 +16,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from omnid.engine.cpu_packed import PackedLinear
 from omnid.engine.errors import CheckpointError
 from omnid.engine.quantization import offered_modes
 from omnid.engine.qwen3.checkpoint import load_checkpoint
@@ -186,8 +187,12 @@ def test_quantized_logits_are_exactly_those_of_the_dequantized_weights(
                                                  *numpy.cpu_decoder.layers[1].gate_up.maps)}
     packs = name in ("4bit", "8bit")
     assert packed_here == ({"PackedLinear"} if packs else {"Linear"})
-    assert [len(j.maps) for j in (numpy.cpu_decoder.layers[1].qkv, numpy.cpu_decoder.layers[1].gate_up)] == (
-        [1, 1] if packs else [3, 2])  # a packed layer's maps of one input stacked into one product
+    # A packed layer's maps of one input run in one pass over the threads, read from the MLX module's own arrays.
+    assert [j.packed for j in (numpy.cpu_decoder.layers[1].qkv, numpy.cpu_decoder.layers[1].gate_up)] == [packs] * 2
+    if packs:
+        down = numpy.cpu_decoder.layers[1].down
+        assert isinstance(down, PackedLinear)
+        assert np.shares_memory(down.packed, np.asarray(numpy.model.decoder.layers[1].mlp.down_proj.weight))
     for case in CASES:
         a, b = (_numpy_logits(e, case) for e in (numpy, numpy_twin))
         assert np.abs(a - b).max() <= 1e-5 * max(1.0, np.abs(b).max()), case

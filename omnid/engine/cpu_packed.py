@@ -2,29 +2,29 @@
 
 MLX's own quantized kernels on its CPU device were measured several times slower than float32 (bench/quantized.py),
 so the numpy paths used to widen every packed module to float32 at load: a quantized checkpoint then took float32's
-memory. Here the packed weight stays packed and is multiplied by two kernels compiled by numba:
+memory. Here the packed weight stays packed, in the MLX module's own arrays (numpy views of them: no second copy),
+and is multiplied by kernels compiled by numba:
 
-- **few rows** (a decode step, a streaming chunk's handful of frames): a product reads each packed weight once and
-  unpacks it in registers. Such products are bound by memory bandwidth (every weight read once for a row or two), so
-  reading a quarter or an eighth of float32's bytes is what makes them fast;
-- **many rows** (an encoder window, a prompt): the weight is unpacked, a chunk of output columns at a time, into a
-  float32 scratch buffer and numpy's BLAS multiplies it; the unpacking is one pass over the weight, a small share of
-  a product over many rows.
+- **few rows** (a decode step, a streaming chunk's handful of frames): each output is a dot product of x with one
+  packed row, unpacked in registers. Such products are bound by memory bandwidth (every weight read once for a row
+  or two), so reading a quarter or an eighth of float32's bytes is what makes them fast;
+- **many rows** (an encoder window, a prompt): a chunk of the weight's rows is unpacked into a float32 scratch
+  buffer small enough to stay in the core's cache, and numpy's BLAS multiplies x by its transpose; the unpacking is
+  one pass over the weight, a small share of a product over many rows.
 
 Layout. MLX packs affine weights row by row (``w = scale * q + bias`` per group of ``group_size`` inputs; 4-bit
-values two to a byte, the even input in the low nibble). The kernels want the inner loop to run across output rows,
-which vectorizes whatever the group size, so at load each module is laid out once as blocks of BLOCK_ROWS output
-rows: ``packed[block, group, byte, row]``, ``scales``/``biases[block, group, row]``. Only MLX's affine mode at 4 or 8
-bits is taken (what mlx-audio's and mlx-examples' converters write by default); other bits and the floating-point
-modes are widened at load as before (:func:`packable`).
+values two to a byte, the even input in the low nibble; ``scales``/``biases`` (out, groups)). Only MLX's affine mode
+at 4 or 8 bits is taken (what mlx-audio's and mlx-examples' converters write by default); other bits and the
+floating-point modes are widened at load as before (:func:`packable`).
 
-The kernels release the GIL and run on cpu_math's threads, a share of the output blocks each; numba's own threading
+The kernels release the GIL and run on cpu_math's threads, a share of the output rows each; numba's own threading
 is not used (its default layer may not be entered from two threads at once, and omnid runs engines side by side).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import mlx.core as mx
@@ -35,14 +35,14 @@ from numba import njit
 from omnid.engine.cpu_math import CPU_THREADS, by_share
 from omnid.engine.quantization import CPU_PACKED_BITS
 
-# Output rows a kernel step works on: 64 float32 accumulators are four AVX-512 registers (eight AVX2, sixteen NEON).
-BLOCK_ROWS = 64
 # At most this many input rows go through the unpacking kernel; more are unpacked into float32 for the BLAS. At 8
 # rows the kernel's arithmetic (one multiply-add per weight per row) is about the BLAS's on float32 weights.
 FEW_ROWS = 8
-# Output columns unpacked at a time for the BLAS: (in_features, 256) float32 scratch, 1 MB at width 1024, small
-# enough to stay in the core's cache between the unpacking and the product that reads it.
-CHUNK_COLUMNS = 256
+# Weight rows unpacked at a time for the BLAS: (256, in_features) float32 scratch, 1 MB at width 1024, small enough
+# to stay in the core's cache between the unpacking and the product that reads it.
+CHUNK_ROWS = 256
+# Output columns a thread's share of a few-row product is rounded to: whole cache lines of the output.
+SHARE_ROWS = 16
 
 # Reassociation lets the compiler vectorize the sums; no assumption about NaN or infinity is made.
 _MATH = {"reassoc", "contract"}
@@ -59,105 +59,50 @@ def _high(byte):
     return np.float32(np.int32(byte) >> 4)
 
 
-@njit(inline="always")
-def _add_group(acc, group_sum, scales, biases, sums, g):
-    """acc += scale * (sum of x q over the group) + bias * (sum of x over the group), per row of x and output."""
-    for b in range(acc.shape[0]):
-        s = sums[b, g]
-        for r in range(BLOCK_ROWS):
-            acc[b, r] += scales[r] * group_sum[b, r] + biases[r] * s
-
-
-@njit(inline="always")
-def _store(acc, out, block):
-    """A block's accumulators into its output columns, those past the output width dropped."""
-    top = min(BLOCK_ROWS, out.shape[1] - block * BLOCK_ROWS)
-    for b in range(acc.shape[0]):
-        for r in range(top):
-            out[b, block * BLOCK_ROWS + r] = acc[b, r]
-
-
-@njit("void(uint8[:, :, :, ::1], float32[:, :, ::1], float32[:, :, ::1], int64, float32[:, ::1], float32[:, ::1], "
+@njit("void(uint8[:, ::1], float32[:, ::1], float32[:, ::1], int64, float32[:, ::1], float32[:, ::1], "
       "float32[:, ::1], float32[:, ::1], int64, int64)", nogil=True, fastmath=_MATH, cache=True)
 def _product(packed, scales, biases, bits, even, odd, sums, out, first, last):
-    """out[:, block rows] = x W^T for blocks [first, last) of a 4- or 8-bit weight. 4 bits: ``even``/``odd`` are x's
-    even and odd inputs (the low and high nibbles' partners); 8 bits: ``even`` is x (``odd`` unused). ``sums``: x's
-    sum over each group (for the biases). Each weight is unpacked once, in registers, for every row of x."""
-    n, groups, size = even.shape[0], packed.shape[1], packed.shape[2]
-    group_sum = np.empty((n, BLOCK_ROWS), np.float32)
-    acc = np.empty((n, BLOCK_ROWS), np.float32)
-    low = np.empty(BLOCK_ROWS, np.float32)
-    high = np.empty(BLOCK_ROWS, np.float32)
-    for block in range(first, last):
-        acc[:] = 0
-        for g in range(groups):
-            group_sum[:] = 0
-            for k in range(size):
-                j = g * size + k
-                src = packed[block, g, k]
+    """out[:, o - first] = x . W[o] for output rows o in [first, last) of a 4- or 8-bit weight. 4 bits: ``even`` /
+    ``odd`` are x's even and odd inputs (the low and high nibbles' partners); 8 bits: ``even`` is x (``odd`` unused).
+    ``sums``: x's sum over each group (for the biases). Each packed row is read once for every row of x."""
+    n, groups = even.shape[0], scales.shape[1]
+    size = packed.shape[1] // groups  # bytes of one group of one row
+    for o in range(first, last):
+        row = packed[o]
+        for b in range(n):
+            acc = np.float32(0.0)
+            for g in range(groups):
+                base = g * size
+                s = np.float32(0.0)
                 if bits == 4:
-                    for r in range(BLOCK_ROWS):
-                        low[r] = _low(src[r])
-                    for r in range(BLOCK_ROWS):
-                        high[r] = _high(src[r])
-                    for b in range(n):
-                        e, o = even[b, j], odd[b, j]
-                        for r in range(BLOCK_ROWS):
-                            group_sum[b, r] += low[r] * e + high[r] * o
+                    for k in range(size):
+                        s += _low(row[base + k]) * even[b, base + k] + _high(row[base + k]) * odd[b, base + k]
                 else:
-                    for r in range(BLOCK_ROWS):
-                        low[r] = np.float32(np.int32(src[r]))
-                    for b in range(n):
-                        e = even[b, j]
-                        for r in range(BLOCK_ROWS):
-                            group_sum[b, r] += low[r] * e
-            _add_group(acc, group_sum, scales[block, g], biases[block, g], sums, g)
-        _store(acc, out, block)
+                    for k in range(size):
+                        s += np.float32(np.int32(row[base + k])) * even[b, base + k]
+                acc += scales[o, g] * s + biases[o, g] * sums[b, g]
+            out[b, o - first] = acc
 
 
-@njit("void(uint8[:, :, :, ::1], float32[:, :, ::1], float32[:, :, ::1], int64, int64, int64, float32[:, ::1])",
+@njit("void(uint8[:, ::1], float32[:, ::1], float32[:, ::1], int64, int64[::1], float32[:, ::1])",
       nogil=True, fastmath=_MATH, cache=True)
-def _unpack(packed, scales, biases, bits, first, last, out):
-    """W^T for blocks [first, last) of a 4- or 8-bit weight into ``out`` (in_features, (last - first) *
-    BLOCK_ROWS). The bits' branch is outside the loops over rows, which the compiler vectorizes."""
-    groups, size = packed.shape[1], packed.shape[2]
-    for block in range(first, last):
-        c = (block - first) * BLOCK_ROWS
+def _unpack(packed, scales, biases, bits, rows, out):
+    """W[rows] widened to float32 into ``out`` (len(rows), in_features): a chunk for the BLAS, or an embedding's
+    lookup."""
+    groups = scales.shape[1]
+    size = packed.shape[1] // groups
+    for i in range(rows.shape[0]):
+        o = rows[i]
+        row, dst = packed[o], out[i]
         for g in range(groups):
-            s, m = scales[block, g], biases[block, g]
-            for k in range(size):
-                src = packed[block, g, k]
-                if bits == 4:
-                    j = 2 * (g * size + k)
-                    # One output row per loop: two stores in one loop kept the compiler from vectorizing it.
-                    low, high = out[j, c : c + BLOCK_ROWS], out[j + 1, c : c + BLOCK_ROWS]
-                    for r in range(BLOCK_ROWS):
-                        low[r] = s[r] * _low(src[r]) + m[r]
-                    for r in range(BLOCK_ROWS):
-                        high[r] = s[r] * _high(src[r]) + m[r]
-                else:
-                    row = out[g * size + k, c : c + BLOCK_ROWS]
-                    for r in range(BLOCK_ROWS):
-                        row[r] = s[r] * np.float32(np.int32(src[r])) + m[r]
-
-
-@njit("void(uint8[:, :, :, ::1], float32[:, :, ::1], float32[:, :, ::1], int64[::1], int64, float32[:, ::1])",
-      nogil=True, fastmath=_MATH, cache=True)
-def _rows(packed, scales, biases, ids, bits, out):
-    """Rows ``ids`` of W (an embedding's lookup) into ``out`` (len(ids), in_features)."""
-    groups, size = packed.shape[1], packed.shape[2]
-    for i in range(ids.shape[0]):
-        block, r = ids[i] // BLOCK_ROWS, ids[i] % BLOCK_ROWS
-        for g in range(groups):
-            s, m = scales[block, g, r], biases[block, g, r]
-            for k in range(size):
-                byte = packed[block, g, k, r]
-                if bits == 4:
-                    j = 2 * (g * size + k)
-                    out[i, j] = s * _low(byte) + m
-                    out[i, j + 1] = s * _high(byte) + m
-                else:
-                    out[i, g * size + k] = s * np.float32(np.int32(byte)) + m
+            s, m, base = scales[o, g], biases[o, g], g * size
+            if bits == 4:
+                for k in range(size):
+                    dst[2 * (base + k)] = s * _low(row[base + k]) + m
+                    dst[2 * (base + k) + 1] = s * _high(row[base + k]) + m
+            else:
+                for k in range(size):
+                    dst[base + k] = s * np.float32(np.int32(row[base + k])) + m
 
 
 def packable(module: nn.Module) -> bool:
@@ -187,57 +132,29 @@ def _on_pool_thread() -> bool:
     return threading.current_thread().name.startswith("cpu-math")
 
 
+def _float32(a: mx.array) -> np.ndarray:
+    """A numpy view of a float32 MLX array; another dtype (a bfloat16 folder's scales) widened, a copy."""
+    return np.asarray(a if a.dtype == mx.float32 else a.astype(mx.float32))
+
+
 class PackedLinear:
     """y = x W^T (+ b) with W packed: numpy_layers.Linear's interface for a quantized module."""
 
     def __init__(self, packed: np.ndarray, scales: np.ndarray, biases: np.ndarray, bits: int, group_size: int,
-                 out_features: int, in_features: int, bias: np.ndarray | None):
+                 bias: np.ndarray | None):
         self.packed, self.scales, self.biases = packed, scales, biases
-        self.bits, self.group_size = bits, group_size
-        self.out_features, self.in_features, self.bias = out_features, in_features, bias
-        self.blocks = packed.shape[0]
+        self.bits, self.group_size, self.bias = bits, group_size, bias
+        self.out_features, self.in_features = packed.shape[0], packed.shape[1] * 8 // bits
 
     @classmethod
     def of(cls, module: nn.Module) -> PackedLinear:
-        """A packable QuantizedLinear or QuantizedEmbedding (see :func:`packable`), laid out in blocks."""
+        """A packable QuantizedLinear or QuantizedEmbedding (see :func:`packable`), over views of its arrays."""
         if not packable(module):
             raise ValueError(f"not a module multiplied packed: {type(module).__name__}")
-        bits, group = module.bits, module.group_size
-        words = np.asarray(module.weight)
-        out_features = words.shape[0]
-        in_features = words.shape[1] * 32 // bits
-        groups = in_features // group
-        per_group = group * bits // 8  # bytes of one group of one row
-        blocks = -(-out_features // BLOCK_ROWS)
-        pad = blocks * BLOCK_ROWS - out_features
-
-        def blocked(a: np.ndarray, inner: int) -> np.ndarray:
-            a = a.reshape(out_features, groups, inner)
-            if pad:
-                a = np.concatenate([a, np.zeros((pad, groups, inner), a.dtype)])
-            return np.ascontiguousarray(a.reshape(blocks, BLOCK_ROWS, groups, inner).transpose(0, 2, 3, 1))
-
-        packed = blocked(words.view(np.uint8), per_group)
-        scales = blocked(np.asarray(module.scales.astype(mx.float32)), 1)[:, :, 0]
-        biases = blocked(np.asarray(module["biases"].astype(mx.float32)), 1)[:, :, 0]
+        mx.eval(module.parameters())
+        packed = np.asarray(module.weight).view(np.uint8)  # (out, in * bits / 8), little-endian words
         bias = np.asarray(module.bias, dtype=np.float32) if "bias" in module else None
-        return cls(packed, np.ascontiguousarray(scales), np.ascontiguousarray(biases), bits, group, out_features,
-                   in_features, bias)
-
-    @classmethod
-    def stacked(cls, maps: list[PackedLinear]) -> PackedLinear | None:
-        """Maps of one input as one (their output columns one after another): a single product, one pass over the
-        threads, where a decode step would pay for one per map. None where they cannot be stacked (another input
-        width, bits or group size, a bias, an output width off the blocks but for the last)."""
-        first = maps[0]
-        same = all(m.in_features == first.in_features and m.bits == first.bits and m.group_size == first.group_size
-                   and m.bias is None for m in maps)
-        if not same or any(m.out_features % BLOCK_ROWS for m in maps[:-1]):
-            return None
-        packed, scales, biases = (np.concatenate([getattr(m, part) for m in maps])
-                                  for part in ("packed", "scales", "biases"))
-        return cls(packed, scales, biases, first.bits, first.group_size, sum(m.out_features for m in maps),
-                   first.in_features, None)
+        return cls(packed, _float32(module.scales), _float32(module["biases"]), module.bits, module.group_size, bias)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -251,9 +168,7 @@ class PackedLinear:
     @property
     def weight_t(self) -> np.ndarray:
         """W^T widened to float32: a new array each time (for the rare caller that needs the matrix itself)."""
-        out = np.empty((self.in_features, self.blocks * BLOCK_ROWS), np.float32)
-        self._unpack(0, self.blocks, out)
-        return out[:, : self.out_features]
+        return self.rows(np.arange(self.out_features)).T
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """(n, in_features) -> (n, out_features), into ``out`` when given."""
@@ -264,20 +179,19 @@ class PackedLinear:
         return out
 
     def columns(self, x: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:
-        """Output columns [start, stop) of x W^T (+ b) into ``out`` (n, stop - start); ``start`` a multiple of
-        BLOCK_ROWS, and ``stop`` one too unless it is the last column."""
-        if start % BLOCK_ROWS or (stop % BLOCK_ROWS and stop != self.out_features):
-            raise ValueError(f"columns [{start}, {stop}) are not on {BLOCK_ROWS}-row blocks")
-        first, last = start // BLOCK_ROWS, -(-stop // BLOCK_ROWS)
-        work = self._few if len(x) <= FEW_ROWS else self._many
-        per = max(1, CHUNK_COLUMNS // BLOCK_ROWS) if work == self._many else 1
-        if _on_pool_thread() or last - first < 2:
-            work(x, first, last, out, start)
+        """Output columns [start, stop) of x W^T (+ b) into ``out`` (n, stop - start), the rows shared among the
+        threads (on a pool thread: that thread alone)."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        few = len(x) <= FEW_ROWS
+        work = self._few if few else self._many
+        granule = SHARE_ROWS if few else CHUNK_ROWS
+        if _on_pool_thread() or stop - start <= granule:
+            work(x, start, stop, out[:, : stop - start], start)
         else:
-            share = max(per, -(-(last - first) // CPU_THREADS))
-            by_share(lambda a, b: work(x, first + a, first + b, out, start), last - first, share)
+            share = -(-(-(-(stop - start) // CPU_THREADS)) // granule) * granule
+            by_share(lambda a, b: work(x, start + a, start + b, out[:, a:b], start + a), stop - start, share)
         if self.bias is not None:
-            out += self.bias[start:stop]
+            out[:, : stop - start] += self.bias[start:stop]
 
     def rows(self, ids: np.ndarray | list[int]) -> np.ndarray:
         """Rows of W (an embedding's lookup), float32 (len(ids), in_features)."""
@@ -285,43 +199,52 @@ class PackedLinear:
         if len(ids) and (ids.min() < 0 or ids.max() >= self.out_features):
             raise IndexError("row id out of range")
         out = np.empty((len(ids), self.in_features), np.float32)
-        _rows(self.packed, self.scales, self.biases, ids, self.bits, out)
+        _unpack(self.packed, self.scales, self.biases, self.bits, ids, out)
         return out
 
     def __getitem__(self, ids: Any) -> np.ndarray:
         return self.rows(ids)
 
-    def _few(self, x: np.ndarray, first: int, last: int, out: np.ndarray, offset: int) -> None:
-        """Blocks [first, last) by the unpacking kernel, into ``out`` whose column 0 is column ``offset``."""
-        target = np.empty((len(x), (last - first) * BLOCK_ROWS), np.float32)
-        sums = x.reshape(len(x), -1, self.group_size).sum(axis=-1, dtype=np.float32)
-        block_view = (self.packed[first:last], self.scales[first:last], self.biases[first:last])
+    def _few(self, x: np.ndarray, first: int, last: int, out: np.ndarray, _start: int) -> None:
+        """Output rows [first, last) by the unpacking kernel into ``out`` (n, last - first)."""
+        sums = np.ascontiguousarray(x.reshape(len(x), -1, self.group_size).sum(axis=-1, dtype=np.float32))
         if self.bits == 4:
             even, odd = np.ascontiguousarray(x[:, 0::2]), np.ascontiguousarray(x[:, 1::2])
         else:
             even, odd = x, x[:, :0]
-        _product(*block_view, self.bits, even, odd, np.ascontiguousarray(sums), target, 0, last - first)
-        self._place(target, first, last, out, offset)
+        target = out if out.flags.c_contiguous else np.empty((len(x), last - first), np.float32)
+        _product(self.packed, self.scales, self.biases, self.bits, even, odd, sums, target, first, last)
+        if target is not out:
+            out[:] = target
 
-    def _many(self, x: np.ndarray, first: int, last: int, out: np.ndarray, offset: int) -> None:
-        """Blocks [first, last), a chunk at a time unpacked into float32 and multiplied by numpy's BLAS."""
-        per = max(1, CHUNK_COLUMNS // BLOCK_ROWS)
-        buffer = _scratch(self.in_features * per * BLOCK_ROWS)
-        for chunk in range(first, last, per):
-            end = min(chunk + per, last)
-            w = buffer[: self.in_features * (end - chunk) * BLOCK_ROWS].reshape(self.in_features, -1)
-            self._unpack(chunk, end, w)
-            lo, hi = chunk * BLOCK_ROWS, min(end * BLOCK_ROWS, self.out_features)
-            if hi - lo == w.shape[1]:
-                np.matmul(x, w, out=out[:, lo - offset : hi - offset])
-            else:
-                self._place(x @ w, chunk, end, out, offset)
+    def _many(self, x: np.ndarray, first: int, last: int, out: np.ndarray, _start: int) -> None:
+        """Output rows [first, last), a chunk of the weight's rows at a time unpacked into float32 for the BLAS."""
+        buffer = _scratch(CHUNK_ROWS * self.in_features)
+        for chunk in range(first, last, CHUNK_ROWS):
+            end = min(chunk + CHUNK_ROWS, last)
+            w = buffer[: (end - chunk) * self.in_features].reshape(end - chunk, self.in_features)
+            _unpack(self.packed, self.scales, self.biases, self.bits, np.arange(chunk, end), w)
+            np.matmul(x, w.T, out=out[:, chunk - first : end - first])
 
-    def _unpack(self, first: int, last: int, out: np.ndarray) -> None:
-        _unpack(self.packed, self.scales, self.biases, self.bits, first, last, out)
 
-    def _place(self, part: np.ndarray, first: int, last: int, out: np.ndarray, offset: int) -> None:
-        """Blocks [first, last)'s columns of ``part`` into ``out``, the columns past out_features dropped."""
-        lo = first * BLOCK_ROWS
-        hi = min(last * BLOCK_ROWS, self.out_features)
-        out[:, lo - offset : hi - offset] = part[:, : hi - lo]
+def joined_products(maps: Sequence[PackedLinear], x: np.ndarray) -> list[np.ndarray]:
+    """Each map's x W^T (maps of one input: a layer's query, key and value), in one pass over the threads, each
+    thread a share of their output rows one after another, where a decode step would pay a pass per map."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    widths = [m.out_features for m in maps]
+    offsets = np.cumsum([0, *widths])
+    out = np.empty((len(x), int(offsets[-1])), np.float32)
+
+    def work(a: int, b: int) -> None:
+        for m, start in zip(maps, offsets[:-1], strict=True):
+            lo, hi = max(a, int(start)), min(b, int(start) + m.out_features)
+            if lo < hi:
+                m.columns(x, lo - int(start), hi - int(start), out[:, lo:hi])
+
+    granule = SHARE_ROWS if len(x) <= FEW_ROWS else CHUNK_ROWS
+    if _on_pool_thread():
+        work(0, out.shape[1])
+    else:
+        share = -(-(-(-out.shape[1] // CPU_THREADS)) // granule) * granule
+        by_share(work, out.shape[1], share)
+    return np.split(out, offsets[1:-1], axis=1)

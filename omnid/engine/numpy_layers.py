@@ -58,25 +58,20 @@ def linear_map(module: nn.Module) -> LinearMap:
 
 
 class Joined:
-    """Several maps of one input: packed ones stacked into a single product (cpu_packed.PackedLinear.stacked: one
-    pass over the threads instead of one per map, and no second copy, since the stacked blocks are the only ones
-    kept), float ones each their own product over their own views."""
+    """Several maps of one input (a layer's query, key and value): packed ones (cpu_packed) in one pass over the
+    threads, each thread a share of all their output rows, where a decode step would pay a pass per map; float ones
+    (or a mix) each their own product."""
 
     def __init__(self, maps: Sequence[LinearMap]):
-        self.widths = [m.shape[1] for m in maps]
-        stacked = None
-        if not any(isinstance(m, Linear) for m in maps):
-            from omnid.engine.cpu_packed import PackedLinear
-
-            stacked = PackedLinear.stacked(list(maps))  # type: ignore[arg-type]
-        self.maps: list[LinearMap] = [stacked] if stacked is not None else list(maps)
+        self.maps = list(maps)
+        self.packed = not any(isinstance(m, Linear) for m in self.maps)
 
     def __call__(self, x: np.ndarray) -> list[np.ndarray]:
-        outs = [m(x) for m in self.maps]
-        if len(outs) == len(self.widths):
-            return outs
-        ends = np.cumsum(self.widths)[:-1]
-        return np.split(outs[0], ends, axis=1)
+        if self.packed:
+            from omnid.engine.cpu_packed import joined_products
+
+            return joined_products(self.maps, x)  # type: ignore[arg-type]
+        return [m(x) for m in self.maps]
 
 
 @dataclass(frozen=True)
@@ -164,14 +159,10 @@ def by_columns(x: np.ndarray, products: Sequence[tuple[LinearMap, np.ndarray]]) 
     """Each ``out = linear(x)`` with the output columns shared among the threads, every thread's products over all
     the rows: for a few rows, where a share of the rows would be too few for the BLAS to run at speed. Each share
     goes in column blocks small enough for OpenBLAS's small-matrix kernel where numpy's BLAS has one
-    (``small_product_columns``); a packed product's shares keep to its blocks of output rows."""
+    (``small_product_columns``)."""
     width = products[0][1].shape[1]
     share = -(-width // CPU_THREADS)
     block = min(share, small_product_columns(len(x), x.shape[1]) or share)
-    if not all(isinstance(linear, Linear) for linear, _ in products):
-        from omnid.engine.cpu_packed import BLOCK_ROWS
-
-        share = block = -(-share // BLOCK_ROWS) * BLOCK_ROWS
 
     def columns(start: int, stop: int) -> None:
         for first in range(start, stop, block):
