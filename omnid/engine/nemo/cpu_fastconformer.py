@@ -8,6 +8,10 @@ rows gets its layer norm, products (numpy's BLAS, one thread per caller), activa
 in cache, and MLX's BLAS is not used at all. Only attention (the heads) and the convolution module's middle (each
 row needs its neighbours) wait for all rows. Weights are numpy views of the model's MLX arrays, not copies.
 fastconformer.py keeps its MLX layers for Metal and for batches of more than one sequence.
+
+A layer kept packed (a quantized folder, cpu_packed.py) runs each product over all its rows instead, the output
+columns shared among the threads: a packed product over many rows unpacks its weight for the BLAS, and a thread
+with a block of rows would unpack all of it, where a thread with a share of the columns unpacks only its share.
 """
 
 from __future__ import annotations
@@ -22,11 +26,29 @@ from omnid.engine.cpu_math import glu_depthwise_silu, relative_attention_np, rel
 from omnid.engine.numpy_layers import Linear, LinearMap, Norm, as_numpy, blocks, linear_map, scratch
 
 
+def all_rows(linear: LinearMap, x: np.ndarray) -> np.ndarray:
+    """linear(x) over all of x's rows on the threads: a packed map shares its output columns among them (its own
+    call), a float one goes in blocks of rows (numpy's BLAS is held to one thread per caller)."""
+    if not isinstance(linear, Linear):
+        return linear(x)
+    out = np.empty((len(x), linear.shape[1]), np.float32)
+    blocks(lambda start, stop: linear(x[start:stop], out[start:stop]), len(x))
+    return out
+
+
 class FeedForward:
     """x += 0.5 * linear2(SiLU(linear1(norm(x)))) on a block of rows."""
 
     def __init__(self, norm: nn.LayerNorm, linear1: nn.Linear, linear2: nn.Linear):
         self.norm, self.linear1, self.linear2 = Norm.of(norm), linear_map(linear1), linear_map(linear2)
+
+    def add_to_all(self, x: np.ndarray) -> None:
+        """add_to over all of x's rows, each product's columns shared among the threads (packed maps)."""
+        hidden = all_rows(self.linear1, self.norm(x.copy()))
+        blocks(lambda start, stop: silu_rows(hidden[start:stop], np.empty_like(hidden[start:stop])), len(x))
+        y = all_rows(self.linear2, hidden)
+        y *= 0.5
+        x += y
 
     def add_to(self, x: np.ndarray) -> None:
         rows, (m, ff) = len(x), self.linear1.shape
@@ -58,11 +80,15 @@ class CpuConformerLayer:
         self.depthwise_weight = as_numpy(conv.depthwise_conv.weight)[..., 0] * s[:, None]
         bias = as_numpy(conv.depthwise_conv.bias) if "bias" in conv.depthwise_conv else 0.0
         self.depthwise_bias = (bias - as_numpy(norm.running_mean)) * s + as_numpy(norm.bias)
+        self.packed = not all(isinstance(p, Linear) for p in (self.q, self.k, self.v, self.o, self.ff1.linear1,
+                                                              self.ff1.linear2, self.ff2.linear1, self.ff2.linear2))
 
     def __call__(self, x: np.ndarray, sin: np.ndarray, cos: np.ndarray) -> None:
         """``sin``, ``cos``: relative_sinusoids of the sequence's length."""
+        if self.packed:
+            self._by_columns(x, sin, cos)
+            return
         t, m = x.shape
-        h = self.heads
         q, k, v = (np.empty((t, m), np.float32) for _ in range(3))
 
         def feed_forward1_and_projections(start: int, stop: int) -> None:
@@ -75,10 +101,7 @@ class CpuConformerLayer:
                 proj(normed, out[start:stop])
 
         blocks(feed_forward1_and_projections, t)
-        p = relative_keys(self.relative_k, sin, cos)
-        att = relative_attention_np(q.reshape(1, t, h, -1), self.bias_u, self.bias_v, k.reshape(1, t, h, -1),
-                                    p.reshape(-1, h, m // h), v.reshape(1, t, h, -1), 1 / math.sqrt(m // h))[0]
-        att = att.reshape(t, m)
+        att = self._attention(q, k, v, sin, cos)
         y = np.empty((t, 2 * m), np.float32)
 
         def attention_out_and_pointwise1(start: int, stop: int) -> None:
@@ -98,6 +121,27 @@ class CpuConformerLayer:
             self.norm_out(rows)
 
         blocks(pointwise2_feed_forward2_and_norm, t)
+
+    def _by_columns(self, x: np.ndarray, sin: np.ndarray, cos: np.ndarray) -> None:
+        """The same, each product over all the rows (see the module docstring: packed maps)."""
+        self.ff1.add_to_all(x)
+        normed = self.norm_att(x.copy())
+        q, k, v = (all_rows(proj, normed) for proj in (self.q, self.k, self.v))
+        x += all_rows(self.o, self._attention(q, k, v, sin, cos))
+        y = all_rows(self.pointwise1, self.norm_conv(x.copy()))
+        x += all_rows(self.pointwise2, glu_depthwise_silu(y, self.depthwise_weight, self.depthwise_bias))
+        self.ff2.add_to_all(x)
+        self.norm_out(x)
+
+    def _attention(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, sin: np.ndarray, cos: np.ndarray
+                   ) -> np.ndarray:
+        """The heads' relative-position attention, (T, d_model) each in and out."""
+        t, m = q.shape
+        h = self.heads
+        p = relative_keys(self.relative_k, sin, cos)
+        att = relative_attention_np(q.reshape(1, t, h, -1), self.bias_u, self.bias_v, k.reshape(1, t, h, -1),
+                                    p.reshape(-1, h, m // h), v.reshape(1, t, h, -1), 1 / math.sqrt(m // h))[0]
+        return att.reshape(t, m)
 
 
 def attention_weights(att: nn.Module
