@@ -32,6 +32,7 @@ from omnid.engine.cohere_asr.options import CohereOptions
 from omnid.engine.cohere_asr.tokenizer import LANGUAGES
 from omnid.engine.errors import EngineError
 from omnid.engine.interface import Capabilities, Hypothesis
+from omnid.engine.nemo.fastconformer import numpy_packed
 from omnid.engine.nemo.mlx_folder import keep_packed
 from omnid.engine.options import TranscribeOptions
 from omnid.engine.transcript import Segment, Transcript, after_prefix
@@ -58,7 +59,7 @@ class CohereAsrEngine:
                  options: CohereOptions = CohereOptions(), keep_quantized: bool | None = None):
         self.model_id, self.options = model_id, options
         started = time.perf_counter()
-        ckpt = load(Path(path), dict(pins) if pins else None, keep_packed(keep_quantized))
+        ckpt = load(Path(path), dict(pins) if pins else None, keep_packed(keep_quantized, on_cpu=numpy_packed))
         self.model, self.tokenizer = CohereAsr(ckpt), ckpt.tokenizer
         self.layout, self.quantized = ckpt.layout, bool(ckpt.quantized)
         self.languages = self.tokenizer.languages()
