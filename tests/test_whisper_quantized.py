@@ -22,6 +22,7 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
+from omnid.engine.cpu_packed import PackedLinear
 from omnid.engine.errors import CheckpointError
 from omnid.engine.whisper.checkpoint import build_model, load_checkpoint
 
@@ -74,10 +75,33 @@ def test_quantized_folder_widened_for_the_cpu_gives_mlx_whispers_logits(name, wa
     block = engine.model.decoder.blocks[0]
     assert type(block.mlp1) is nn.Linear and block.mlp1.weight.dtype == mx.float32
     assert type(engine.model.decoder.token_embedding) is nn.Embedding
+    assert type(engine.model.encoder.blocks[0].mlp1) is nn.Linear  # narrower than PACKED_ENCODER_MIN_WIDTH
     ids, mel = _inputs(engine, want, name)
     hidden, _ = engine.model.decoder(mx.array([ids]), engine.model.encoder(mel))
     got = np.array(engine.model.decoder.logits(hidden))[0][:, want[f"{name}_vocab"]]
     _check(got, want, name)
+
+
+@pytest.mark.parametrize("name", QUANTIZED)
+def test_a_wide_encoders_blocks_stay_packed_on_the_cpu_and_give_mlx_whispers_logits(name, want, monkeypatch):
+    """From PACKED_ENCODER_MIN_WIDTH (lowered here to the test folders' width) the engine on MLX's CPU device keeps
+    the encoder blocks' Linears packed, the numpy encoder multiplying them so (cpu_packed.py, over the MLX modules'
+    own arrays), and widens the decoder: the same logits as mlx-whisper."""
+    from omnid.engine.whisper import checkpoint as whisper_checkpoint
+    from omnid.engine.whisper.engine import WhisperEngine
+
+    monkeypatch.setattr(whisper_checkpoint, "PACKED_ENCODER_MIN_WIDTH", 0)
+    engine = WhisperEngine(name, GOLDENS / name)
+    assert all(isinstance(b.mlp1, nn.QuantizedLinear) and isinstance(b.attn.key, nn.QuantizedLinear)
+               for b in engine.model.encoder.blocks)
+    assert type(engine.model.decoder.blocks[0].mlp1) is nn.Linear
+    layer = engine.model.encoder._cpu_layers[0]
+    maps = (layer.query, layer.key, layer.value, layer.out, layer.mlp1, layer.mlp2)
+    assert layer.packed and all(isinstance(m, PackedLinear) for m in maps)
+    assert np.shares_memory(layer.mlp1.packed, np.asarray(engine.model.encoder.blocks[0].mlp1.weight))
+    ids, mel = _inputs(engine, want, name)
+    hidden, _ = engine.model.decoder(mx.array([ids]), engine.model.encoder(mel))
+    _check(np.array(engine.model.decoder.logits(hidden))[0][:, want[f"{name}_vocab"]], want, name)
 
 
 @pytest.mark.parametrize("name", QUANTIZED)

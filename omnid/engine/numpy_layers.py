@@ -155,6 +155,16 @@ def blocks(work: Callable[[int, int], object], n: int) -> None:
     by_rows(share, n)
 
 
+def all_rows(linear: LinearMap, x: np.ndarray) -> np.ndarray:
+    """linear(x) over all of x's rows on the threads: a packed map shares its output columns among them (its own
+    call), a float one goes in blocks of rows (numpy's BLAS is held to one thread per caller)."""
+    if not isinstance(linear, Linear):
+        return linear(x)
+    out = np.empty((len(x), linear.shape[1]), np.float32)
+    blocks(lambda start, stop: linear(x[start:stop], out[start:stop]), len(x))
+    return out
+
+
 def by_columns(x: np.ndarray, products: Sequence[tuple[LinearMap, np.ndarray]]) -> None:
     """Each ``out = linear(x)`` with the output columns shared among the threads, every thread's products over all
     the rows: for a few rows, where a share of the rows would be too few for the BLAS to run at speed. Each share

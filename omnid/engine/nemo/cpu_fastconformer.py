@@ -23,17 +23,7 @@ import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import glu_depthwise_silu, relative_attention_np, relu_rows, silu_rows
-from omnid.engine.numpy_layers import Linear, LinearMap, Norm, as_numpy, blocks, linear_map, scratch
-
-
-def all_rows(linear: LinearMap, x: np.ndarray) -> np.ndarray:
-    """linear(x) over all of x's rows on the threads: a packed map shares its output columns among them (its own
-    call), a float one goes in blocks of rows (numpy's BLAS is held to one thread per caller)."""
-    if not isinstance(linear, Linear):
-        return linear(x)
-    out = np.empty((len(x), linear.shape[1]), np.float32)
-    blocks(lambda start, stop: linear(x[start:stop], out[start:stop]), len(x))
-    return out
+from omnid.engine.numpy_layers import Linear, LinearMap, Norm, all_rows, as_numpy, blocks, linear_map, scratch
 
 
 class FeedForward:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -83,10 +83,10 @@ class Checkpoint:
     alignment_heads: tuple[tuple[int, int], ...] = ()
     suppress_ids: tuple[int, ...] | None = None
     suppress_ids_begin: tuple[int, ...] | None = None
-    # A quantized folder's modules; None for float checkpoints. With ``keep_quantized`` the weights hold each
-    # quantized module's packed weight, scales (and affine's biases), else its weight widened to float32.
+    # A quantized folder's modules; None for float checkpoints. The weights hold each one kept packed (``packed``)
+    # as its packed weight, scales (and affine's biases), the others' weights widened to float32.
     quantization: Quantized | None = None
-    packed: bool = False
+    packed: Mapping[str, Quantization] = field(default_factory=dict)
 
 
 def build_model(ckpt: Checkpoint) -> Whisper:
@@ -94,9 +94,8 @@ def build_model(ckpt: Checkpoint) -> Whisper:
     QuantizedLinear / QuantizedEmbedding, each in its own mode, bits and group size (as mlx-whisper's and
     mlx-audio's loaders build them)."""
     model = Whisper(ckpt.dims)
-    q = ckpt.quantization
-    if q is not None and ckpt.packed:
-        modules = q.modules
+    if ckpt.packed:
+        modules = ckpt.packed
         nn.quantize(model, class_predicate=lambda path, module: modules[path].params() if path in modules else False)
     model.load_weights(list(ckpt.weights.items()))
     mx.eval(model.parameters())
@@ -149,10 +148,12 @@ def vocabulary_size(folder: Path, fmt: str) -> tuple[int, Path]:
     return _config_int(read_json_object(config), VOCABULARY_KEY[fmt], config), config
 
 
-def load_checkpoint(folder: Path, keep_quantized: bool = False) -> Checkpoint:
-    """The folder's checkpoint, checked. A quantized one keeps its packed weights with ``keep_quantized`` (for MLX's
-    quantized layers: :func:`build_model`), else each quantized module's weight is widened to float32 by
-    ``mx.dequantize`` (for the numpy paths on MLX's CPU device, which read the layers' weights)."""
+def load_checkpoint(folder: Path, keep_quantized: bool | Callable[[ModelDims, str, Quantization], bool] = False
+                    ) -> Checkpoint:
+    """The folder's checkpoint, checked. A quantized one keeps its packed weights with ``keep_quantized`` (all, or
+    the modules it names: for MLX's quantized layers, :func:`build_model`, or the numpy encoder's packed products on
+    MLX's CPU device, :func:`numpy_packed`), each other quantized module's weight widened to float32 by
+    ``mx.dequantize`` (for the numpy paths on MLX's CPU device, which read the layers' float weights)."""
     folder = Path(folder)
     fmt = detect_format(folder)
     loader: Callable[[Path], Checkpoint] = {
@@ -163,13 +164,33 @@ def load_checkpoint(folder: Path, keep_quantized: bool = False) -> Checkpoint:
     }[fmt]
     ckpt = loader(folder)
     _validate(ckpt)
-    if ckpt.quantization is None or keep_quantized:
+    if ckpt.quantization is None or keep_quantized is True:
         return ckpt
+    keep = keep_quantized if callable(keep_quantized) else (lambda _dims, _module, _q: False)
+    kept = {}
     for module, q in ckpt.quantization.modules.items():
+        if keep(ckpt.dims, module, q):
+            kept[module] = q
+            continue
         weight, scales = ckpt.weights.pop(f"{module}.weight"), ckpt.weights.pop(f"{module}.scales")
         ckpt.weights[f"{module}.weight"] = widen(weight, scales, ckpt.weights.pop(f"{module}.biases", None), q)
         mx.eval(ckpt.weights[f"{module}.weight"])
-    return replace(ckpt, packed=False)
+    return replace(ckpt, packed=kept)
+
+
+# The narrowest encoder whose blocks are kept packed on MLX's CPU device (bench/whisper_quantized_cpu.py --shapes,
+# two runs: a packed layer took 0.97-1.19x a float32 one's time at every width, about 1.03x at the median): from
+# small's width the packed weights save 233 MB (small, 8-bit) to 2 GB (large, 4-bit), narrower ones (tiny, base) save
+# less than importing numba's kernels costs (110 MB).
+PACKED_ENCODER_MIN_WIDTH = 768
+
+
+def numpy_packed(dims: ModelDims, module: str, q: Quantization) -> bool:
+    """The packed modules kept on MLX's CPU device: a wide enough encoder's block Linears in cpu_packed.py's modes,
+    which the numpy encoder (cpu_encoder.py) multiplies packed. The decoder is widened: its prompt, cross-attention
+    keys and word alignment run MLX's layers, whose quantized kernels on the CPU were 13-22x slower than float32."""
+    return (dims.n_audio_state >= PACKED_ENCODER_MIN_WIDTH and module.startswith("encoder.blocks.")
+            and q.multiplied_packed_on_cpu)
 
 
 # --- shapes -----------------------------------------------------------------------------------------------
@@ -420,7 +441,7 @@ def _load_mlx(folder: Path) -> Checkpoint:
     heads = _mlx_heads(raw.pop("alignment_heads", None), dims, path)
     weights, quantization = _mlx_weights(raw, dict.fromkeys(raw, path), dims, cfg, config_path)
     return Checkpoint(folder, "mlx", dims, weights, (config_path, path), alignment_heads=_heads(cfg) or heads,
-                      quantization=quantization, packed=quantization is not None)
+                      quantization=quantization, packed=quantization.modules if quantization is not None else {})
 
 
 # --- mlx-audio --------------------------------------------------------------------------------------------------
@@ -446,7 +467,7 @@ def _load_mlx_audio(folder: Path) -> Checkpoint:
     return Checkpoint(folder, "mlx-audio", dims, weights, files, alignment_heads=_heads(gen) or _heads(cfg),
                       suppress_ids=_ints(gen, "suppress_tokens"),
                       suppress_ids_begin=_ints(gen, "begin_suppress_tokens"),
-                      quantization=quantization, packed=quantization is not None)
+                      quantization=quantization, packed=quantization.modules if quantization is not None else {})
 
 
 def _mlx_heads(arr: mx.array | None, dims: ModelDims, path: Path) -> tuple[tuple[int, int], ...]:

@@ -22,7 +22,7 @@ from omnid.engine.options import TranscribeOptions
 from omnid.engine.transcript import Segment, Transcript, Word
 from omnid.engine.whisper.alignment import word_timestamps
 from omnid.engine.whisper.batch import Decode, Encode, Program, WhisperBatch, run_alone
-from omnid.engine.whisper.checkpoint import VOCABULARY_KEY, build_model, load_checkpoint
+from omnid.engine.whisper.checkpoint import VOCABULARY_KEY, build_model, load_checkpoint, numpy_packed
 from omnid.engine.whisper.decoding import (
     TIME_PRECISION,
     DecodeOptions,
@@ -56,8 +56,8 @@ class WhisperEngine:
         self.model_id, self.options = model_id, options
         self.folder = Path(folder)
         # A quantized checkpoint runs MLX's quantized layers on Metal; on MLX's CPU device the encoder and the decode
-        # steps run in numpy over the layers' weights, so its weights are widened to float32 at load.
-        ckpt = load_checkpoint(self.folder, keep_quantized=mx.default_device() != mx.cpu)
+        # steps run in numpy, a wide encoder's blocks packed (cpu_packed), the rest widened to float32 at load.
+        ckpt = load_checkpoint(self.folder, keep_quantized=True if mx.default_device() != mx.cpu else numpy_packed)
         tok_files = tokenizer_files(self.folder)
         self.pin_report = pinning.verify(list(ckpt.files) + tok_files, pins or {})
         self.dims = ckpt.dims
