@@ -44,8 +44,16 @@ def ready(proc: subprocess.Popen, log: Path) -> dict:
 def stops_cleanly(proc: subprocess.Popen, log: Path, reason: str, written: str | None = None) -> None:
     """After the ready line: exactly ``stopped`` on stdout, exit 0, and the log naming why it stopped.
     ``written``: what the test writes down the stdin pipe before closing it."""
+    # Not communicate(): it reads the pipe's descriptor, past what ready()'s readline already buffered, and a daemon
+    # that stops at once (a closed stdin, on a busy machine) may have sent its stopped line in the same read.
+    assert proc.stdout is not None
     try:
-        rest, _ = proc.communicate(written, timeout=TIMEOUT_S)
+        if proc.stdin is not None:
+            if written is not None:
+                proc.stdin.write(written)
+            proc.stdin.close()
+        proc.wait(timeout=TIMEOUT_S)
+        rest = proc.stdout.read()
     finally:
         proc.kill()
     logged = log.read_text()
