@@ -9,6 +9,9 @@ The checkpoints (built once under --work, default /tmp/omnid-bench-quantized, an
   (``config.json`` + ``weights.safetensors`` with ``alignment_heads``, no tokenizer: omnid's shipped ranks), float32
   and float16; its ``-q`` folders quantize the float16 model with ``nn.quantize`` at group 64 and 4 or 8 bits, as
   convert.py does. Real weights, so real transcripts.
+* whisper_small: the same layout and variants at small.en's shapes (768 wide, 12 + 12 layers) with MLX's random
+  initialisation: the narrowest Whisper whose encoder blocks the CPU keeps packed. Its decodes run without the
+  temperature fallback and stop at 4 tokens a second of audio at most.
 * qwen3_asr / qwen3_aligner: bench/qwen3_asr_speed.py's and bench/qwen3_aligner_speed.py's random checkpoints with
   the real Qwen3-ASR-0.6B / Qwen3-ForcedAligner-0.6B shapes (original layout, bf16), each converted by mlx-audio
   0.6.2's own ``mlx_audio.convert.convert`` (``--dtype float32`` / ``float16``, ``-q --q-bits 8`` / ``4``).
@@ -79,6 +82,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -92,14 +96,15 @@ from omnid.evaluation.corpus import corpus_folder  # noqa: E402
 
 CORPUS = corpus_folder(ROOT / "tests" / "corpus")
 GOLDENS = ROOT / "tests" / "goldens"
-KINDS = ("whisper", "qwen3_asr", "qwen3_aligner", "parakeet", "nemotron", "sortformer")
+KINDS = ("whisper", "whisper_small", "qwen3_asr", "qwen3_aligner", "parakeet", "nemotron", "sortformer")
 VARIANTS = ("float32", "float16", "q8", "q4")
 CLIPS = ("ljspeech_LJ001-0001", "ljspeech_LJ001-0004", "jfk_inaugural_excerpt")
 DONE = ".bench_built"  # written last into a finished folder
 QWEN_TOKENS_PER_S = 4.0
+WHISPER_TOKENS_PER_S = 4.0
 PARAKEET_TOKENS_PER_S = 4.0
 # kind -> its descriptor's name in omnid.engine.kinds
-DESCRIPTOR = {"qwen3_aligner": "qwen3_forced_aligner"}
+DESCRIPTOR = {"qwen3_aligner": "qwen3_forced_aligner", "whisper_small": "whisper"}
 
 
 # --- building the checkpoints --------------------------------------------------------------------------------------
@@ -144,24 +149,49 @@ def mlx_audio_convert(source: Path, dest: Path, *, model_type: str | None = None
 def build_whisper(root: Path) -> None:
     """tiny.en in mlx-examples' layout: float32, float16, and ``convert.py -q`` of the float16 model."""
     import mlx.core as mx
-    import mlx.nn as nn
     import numpy as np
-    from mlx.utils import tree_flatten, tree_map
 
     from omnid.config import load_config, model_folder
     from omnid.engine.whisper.checkpoint import build_model, load_checkpoint
 
     ckpt = load_checkpoint(model_folder(load_config().model("tiny.en")))
-    dims = {k: getattr(ckpt.dims, k) for k in ("n_mels", "n_audio_ctx", "n_audio_state", "n_audio_head",
-                                               "n_audio_layer", "n_vocab", "n_text_ctx", "n_text_state",
-                                               "n_text_head", "n_text_layer")}
     heads = mx.array(np.array(ckpt.alignment_heads or [[0, 0]], np.int64))
+    write_whisper(root, ckpt.dims, lambda: build_model(ckpt), heads)
+
+
+# small.en's dimensions (openai-whisper's): its encoder is wide enough to be kept packed on the CPU.
+SMALL_EN = {"n_mels": 80, "n_audio_ctx": 1500, "n_audio_state": 768, "n_audio_head": 12, "n_audio_layer": 12,
+            "n_vocab": 51864, "n_text_ctx": 448, "n_text_state": 768, "n_text_head": 12, "n_text_layer": 12}
+
+
+def build_whisper_small(root: Path) -> None:
+    """small.en's shapes with MLX's random initialisation (the same seed for every variant), in the same layout."""
+    import mlx.core as mx
+
+    from omnid.engine.whisper.model import ModelDims, Whisper
+
+    dims = ModelDims(**SMALL_EN)
+
+    def model() -> Any:
+        mx.random.seed(0)
+        return Whisper(dims)
+
+    write_whisper(root, dims, model, mx.array([[8, 0]]))
+
+
+def write_whisper(root: Path, model_dims: Any, make_model: Callable[[], Any], heads: Any) -> None:
+    """float32, float16 and ``convert.py -q`` (of the float16 model) folders of ``make_model()``'s weights."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten, tree_map
+
+    dims = {k: getattr(model_dims, k) for k in SMALL_EN}
     for variant in VARIANTS:
         out = root / variant
         if finished(out):
             continue
         out.mkdir(parents=True, exist_ok=True)
-        model = build_model(ckpt)
+        model = make_model()
         config: dict[str, Any] = dict(dims)
         dtype = mx.float32 if variant == "float32" else mx.float16
         model.update(tree_map(lambda a: a.astype(dtype), model.parameters()))
@@ -332,7 +362,7 @@ def build(kind: str, work: Path) -> None:
     root = work / kind
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    {"whisper": build_whisper, "qwen3_asr": lambda r: build_qwen(r, False),
+    {"whisper": build_whisper, "whisper_small": build_whisper_small, "qwen3_asr": lambda r: build_qwen(r, False),
      "qwen3_aligner": lambda r: build_qwen(r, True), "parakeet": build_parakeet, "nemotron": build_nemotron,
      "sortformer": build_sortformer}[kind](root)
     os.sync()
@@ -448,6 +478,10 @@ def run_once(kind: str, engine: Any, audio: Any, text: str, warmup: bool = False
         return engine.transcribe(audio, 4 if warmup else 224)
     if kind == "whisper":
         return len(engine.transcribe(audio, TranscribeOptions(language="en")).text.split())
+    if kind == "whisper_small":  # random weights: no fallback, a transcript's length of tokens at most
+        cap = 4 if warmup else max(8, round(WHISPER_TOKENS_PER_S * seconds))
+        options = TranscribeOptions(language="en", fallback=False, max_new_tokens=cap)
+        return len(engine.transcribe(audio, options).text.split())
     if kind == "qwen3_asr":
         cap = 4 if warmup else max(8, round(QWEN_TOKENS_PER_S * seconds))
         return len(engine.transcribe(audio, TranscribeOptions(language="en", max_new_tokens=cap)).text)
@@ -465,7 +499,8 @@ def worker(kind: str, folder: Path, choice: str, quick: bool) -> dict:
     before = rss_mb()
     started = time.perf_counter()
     try:
-        engine = WhisperPacked(folder) if (kind, choice) == ("whisper", "packed") else load_engine(kind, folder, choice)
+        whisper_packed = kind.startswith("whisper") and choice == "packed"
+        engine = WhisperPacked(folder) if whisper_packed else load_engine(kind, folder, choice)
     except (CheckpointError, NotImplementedError) as e:
         return {"error": f"{type(e).__name__}: {e}"}
     load_s = time.perf_counter() - started
@@ -519,7 +554,7 @@ def machine() -> str:
 def choices(kind: str, variant: str) -> tuple[str, ...]:
     if not variant.startswith("q"):
         return ("default",)
-    other = {"whisper": "packed", "qwen3_asr": "mlx", "qwen3_aligner": "mlx", "parakeet": "packed",
+    other = {"whisper": "packed", "whisper_small": "packed", "qwen3_asr": "mlx", "qwen3_aligner": "mlx", "parakeet": "packed",
              "nemotron": "packed", "sortformer": "packed"}[kind]
     return ("default", other)
 
@@ -536,7 +571,7 @@ def describe(kind: str, variant: str, choice: str) -> str:
         return "MLX packed decoder"
     if kind in ("qwen3_asr", "qwen3_aligner"):
         return "numpy decoder, packed" if variant.startswith("q") else "numpy decoder"
-    if kind in ("parakeet", "nemotron") and variant.startswith("q"):
+    if kind in ("parakeet", "nemotron", "whisper_small") and variant.startswith("q"):
         return "encoder layers packed"
     return "widened to f32" if variant.startswith("q") else "as the daemon"
 
