@@ -571,8 +571,10 @@ def describe(kind: str, variant: str, choice: str) -> str:
         return "MLX packed decoder"
     if kind in ("qwen3_asr", "qwen3_aligner"):
         return "numpy decoder, packed" if variant.startswith("q") else "numpy decoder"
-    if kind in ("parakeet", "nemotron", "whisper_small") and variant.startswith("q"):
+    if kind in ("parakeet", "nemotron") and variant.startswith("q"):
         return "encoder layers packed"
+    if kind.startswith("whisper") and variant.startswith("q"):
+        return "encoder, tokens packed" if kind == "whisper_small" else "tokens packed, rest wide"
     return "widened to f32" if variant.startswith("q") else "as the daemon"
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from omnid.engine.cpu_packed import CHUNK_ROWS, FEW_ROWS, PackedLinear, packable
-from omnid.engine.numpy_layers import Joined, Linear, by_columns, linear_map
+from omnid.engine.numpy_layers import Joined, Linear, QuantizedRows, by_columns, linear_map
 
 RNG = np.random.default_rng(7)
 
@@ -106,3 +106,21 @@ def test_other_quantizations_are_widened(mode: str, bits: int, group: int) -> No
     assert isinstance(widened, Linear)
     x = RNG.standard_normal((2, 128)).astype(np.float32)
     _close(widened(x), np.array(layer(mx.array(x))))
+
+
+@pytest.mark.parametrize(("bits", "mode", "dtype"), [(4, "affine", mx.float16), (8, "affine", mx.float32),
+                                                     (2, "affine", mx.float16), (6, "affine", mx.float16),
+                                                     (4, "mxfp4", mx.float16), (4, "affine", mx.bfloat16)])
+def test_quantized_rows_are_mlxs_dequantized_rows_exactly(bits: int, mode: str, dtype: mx.Dtype) -> None:
+    """An embedding kept packed (Whisper's on the CPU) looks its rows up as MLX's own module does, bit for bit, in
+    numpy where it unpacks the mode (affine 2/4/8 bits, float16 or float32 scales) and through MLX elsewhere."""
+    table = nn.Embedding(1000, 128)
+    table.weight = table.weight.astype(dtype)
+    q = nn.QuantizedEmbedding.from_embedding(table, group_size=32 if mode == "mxfp4" else 64, bits=bits, mode=mode)
+    rows = QuantizedRows(q)
+    assert rows.numpy == (mode == "affine" and bits in (2, 4, 8) and dtype != mx.bfloat16)
+    ids = list(range(1000))
+    want = np.array(q(mx.array(ids)).astype(mx.float32))
+    got = rows[ids]
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+    assert np.array_equal(rows[[7]], want[[7]])

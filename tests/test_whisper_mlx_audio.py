@@ -100,10 +100,12 @@ def test_mlx_audio_folder_loads_in_both_paths_with_mlx_audios_logits(name, folde
     want = ref.logits(ref.load(folder), *inputs)
     ids, mel = inputs
 
-    # Widened (the engine as MLX's CPU device runs it: numpy encoder blocks over float32 weights).
+    # Widened (the engine as MLX's CPU device runs it: numpy encoder blocks over float32 weights; a quantized token
+    # embedding kept packed, its rows dequantized as looked up and its head a widened copy).
     engine = WhisperEngine(name, folder)
     assert mx.default_device() == mx.cpu
-    assert type(engine.model.decoder.token_embedding) is nn.Embedding
+    table_packed = "decoder.token_embedding" in (load_checkpoint(folder, keep_quantized=True).packed)
+    assert isinstance(engine.model.decoder.token_embedding, nn.QuantizedEmbedding) == table_packed
     assert engine.model.decoder.blocks[0].mlp2.weight.dtype == mx.float32
     hidden, _ = engine.model.decoder(mx.array([ids]), engine.model.encoder(mx.array(mel)))
     widened = np.array(engine.model.decoder.logits(hidden))[0]

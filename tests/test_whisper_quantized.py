@@ -24,6 +24,7 @@ import pytest
 
 from omnid.engine.cpu_packed import PackedLinear
 from omnid.engine.errors import CheckpointError
+from omnid.engine.numpy_layers import QuantizedRows
 from omnid.engine.whisper.checkpoint import build_model, load_checkpoint
 
 GOLDENS = Path(__file__).parent / "goldens" / "whisper_mlx_tiny"
@@ -57,8 +58,9 @@ def _check(got, want, name):
 
 @pytest.mark.parametrize("name", QUANTIZED)
 def test_quantized_folder_widened_for_the_cpu_gives_mlx_whispers_logits(name, want):
-    """The engine on MLX's CPU device: each quantized module's weight widened to float32 at load (mx.dequantize),
-    the encoder's blocks in numpy over them. omnid doctor's layout line gives the bits."""
+    """The engine on MLX's CPU device: each quantized layer's weight widened to float32 at load (mx.dequantize),
+    the encoder's blocks in numpy over them; the token embedding kept packed (rows dequantized as looked up, the
+    head a widened copy). omnid doctor's layout line gives the bits."""
     from omnid.engine.whisper.engine import WhisperEngine
     from omnid.engine.whisper.kind import KIND
 
@@ -74,8 +76,10 @@ def test_quantized_folder_widened_for_the_cpu_gives_mlx_whispers_logits(name, wa
     engine = WhisperEngine(name, folder)
     block = engine.model.decoder.blocks[0]
     assert type(block.mlp1) is nn.Linear and block.mlp1.weight.dtype == mx.float32
-    assert type(engine.model.decoder.token_embedding) is nn.Embedding
     assert type(engine.model.encoder.blocks[0].mlp1) is nn.Linear  # narrower than PACKED_ENCODER_MIN_WIDTH
+    # The table stays packed: no float copy of it but the head's.
+    assert isinstance(engine.model.decoder.token_embedding, nn.QuantizedEmbedding)
+    assert isinstance(engine.model.decoder.cpu_step.embedding, QuantizedRows)
     ids, mel = _inputs(engine, want, name)
     hidden, _ = engine.model.decoder(mx.array([ids]), engine.model.encoder(mel))
     got = np.array(engine.model.decoder.logits(hidden))[0][:, want[f"{name}_vocab"]]

@@ -25,7 +25,7 @@ import mlx.core as mx
 import numpy as np
 
 from omnid.engine.cpu_math import numpy_blas_single_threaded
-from omnid.engine.numpy_layers import Linear, Norm
+from omnid.engine.numpy_layers import Linear, Norm, QuantizedRows
 
 KVCache = tuple[mx.array, mx.array]  # a layer's keys and values, (1, heads, positions, head_dim)
 
@@ -70,7 +70,7 @@ class CpuCrossDecoder:
 
     n_head: int
     head_dim: int
-    embedding: np.ndarray
+    embedding: np.ndarray | QuantizedRows
     positions: np.ndarray
     embedding_ln: Norm | None
     layers: list[CrossLayer]

@@ -57,6 +57,33 @@ def linear_map(module: nn.Module) -> LinearMap:
     return Linear.of(module)
 
 
+class QuantizedRows:
+    """A quantized embedding's rows for numpy, as float32, the values a widened copy would hold (MLX's dequantize in
+    the scales' dtype): a decode step looks up a row or a few, and the float table is never made. Affine 2, 4 or 8
+    bits with float16 or float32 scales (convert.py's and mlx-audio's defaults) are unpacked here, in numpy over
+    views of the module's arrays, in the same arithmetic; anything else by MLX's own module (a few MLX operations a
+    lookup: a tenth of a small model's decode step)."""
+
+    def __init__(self, module: nn.QuantizedEmbedding):
+        self.module = module
+        self.numpy = (module.mode == "affine" and module.bits in (2, 4, 8)
+                      and module.scales.dtype in (mx.float16, mx.float32))
+        if self.numpy:
+            self.words, self.scales, self.biases = (np.asarray(a) for a in (module.weight, module.scales,
+                                                                           module["biases"]))
+            self.shifts = np.arange(0, 32, module.bits, dtype=np.uint32)
+            self.mask = np.uint32((1 << module.bits) - 1)
+
+    def __getitem__(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if not self.numpy:
+            return np.array(self.module(mx.array(ids.astype(np.int32))).astype(mx.float32))
+        values = (self.words[ids][..., None] >> self.shifts) & self.mask  # each word's values, lowest bits first
+        q = values.reshape(len(ids), -1).astype(self.scales.dtype)
+        group = self.module.group_size
+        return (q * self.scales[ids].repeat(group, axis=1) + self.biases[ids].repeat(group, axis=1)).astype(np.float32)
+
+
 class Joined:
     """Several maps of one input (a layer's query, key and value): packed ones (cpu_packed) in one pass over the
     threads, each thread a share of all their output rows, where a decode step would pay a pass per map; float ones

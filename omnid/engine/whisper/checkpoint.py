@@ -186,9 +186,13 @@ PACKED_ENCODER_MIN_WIDTH = 768
 
 
 def numpy_packed(dims: ModelDims, module: str, q: Quantization) -> bool:
-    """The packed modules kept on MLX's CPU device: a wide enough encoder's block Linears in cpu_packed.py's modes,
-    which the numpy encoder (cpu_encoder.py) multiplies packed. The decoder is widened: its prompt, cross-attention
-    keys and word alignment run MLX's layers, whose quantized kernels on the CPU were 13-22x slower than float32."""
+    """The packed modules kept on MLX's CPU device: the token embedding (its rows dequantized as looked up, its head
+    a widened copy: model.TextDecoder.freeze_projection), and a wide enough encoder's block Linears in cpu_packed.py's
+    modes, which the numpy encoder (cpu_encoder.py) multiplies packed. The decoder's layers are widened: its
+    prompt, cross-attention keys and word alignment run MLX's layers, whose quantized kernels on the CPU were 13-22x
+    slower than float32."""
+    if module == "decoder.token_embedding":
+        return True
     return (dims.n_audio_state >= PACKED_ENCODER_MIN_WIDTH and module.startswith("encoder.blocks.")
             and q.multiplied_packed_on_cpu)
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from omnid.engine.cpu_cross_decoder import CpuCrossDecoder, CrossLayer, KVCache, Row
 from omnid.engine.cpu_math import gelu_rows
-from omnid.engine.numpy_layers import Linear, Norm, as_numpy
+from omnid.engine.numpy_layers import Linear, Norm, QuantizedRows, as_numpy
 
 
 class Sequence(Protocol):
@@ -43,8 +43,15 @@ def cpu_text_decoder(decoder: nn.Module) -> CpuCrossDecoder:
             Linear.of(cross.query), Linear.of(cross.out), Norm.of(block.mlp_ln), Linear.of(block.mlp1),
             Linear.of(block.mlp2),
         ))
-    embedding = as_numpy(decoder.token_embedding.weight)
-    projection = as_numpy(decoder._projection) if decoder._projection is not None else embedding.T
+    table = decoder.token_embedding
+    # A quantized folder's table stays packed on the CPU (checkpoint.numpy_packed): rows dequantized as looked up,
+    # the head the widened copy freeze_projection made.
+    embedding = QuantizedRows(table) if isinstance(table, nn.QuantizedEmbedding) else as_numpy(table.weight)
+    if decoder._projection is not None:
+        projection = as_numpy(decoder._projection)
+    else:
+        assert isinstance(embedding, np.ndarray), "freeze_projection widens a packed table's head on the CPU"
+        projection = embedding.T
     return CpuCrossDecoder(
         n_head=first.n_head, head_dim=first.query.weight.shape[0] // first.n_head, embedding=embedding,
         positions=as_numpy(decoder.positional_embedding), embedding_ln=None, layers=layers, ln=Norm.of(decoder.ln),

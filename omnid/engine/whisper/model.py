@@ -218,10 +218,18 @@ class TextDecoder(nn.Module):
 
     def freeze_projection(self) -> None:
         """On the CPU keep a contiguous (state, vocab) copy of the tied embedding: MLX multiplies a row vector by
-        it ~2x faster than by the transposed (vocab, state) view, and this matmul is a third of each step."""
+        it ~2x faster than by the transposed (vocab, state) view, and this matmul is a third of each step. A table
+        kept packed (a quantized folder) is widened here for the head alone, as the loader would have widened it
+        (in its scales' dtype, then float32); its lookups stay packed."""
         self._projection = None
         if mx.default_device().type == mx.cpu:
-            self._projection = mx.contiguous(self.token_embedding.weight.T)
+            table = self.token_embedding
+            if isinstance(table, nn.QuantizedEmbedding):
+                weight = mx.dequantize(table.weight, table.scales, table.get("biases"), group_size=table.group_size,
+                                       bits=table.bits, mode=table.mode).astype(mx.float32)
+            else:
+                weight = table.weight
+            self._projection = mx.contiguous(weight.T)
             mx.eval(self._projection)
 
     @cached_property
