@@ -9,6 +9,10 @@ The checkpoints (built once under --work, default /tmp/omnid-bench-quantized, an
   (``config.json`` + ``weights.safetensors`` with ``alignment_heads``, no tokenizer: omnid's shipped ranks), float32
   and float16; its ``-q`` folders quantize the float16 model with ``nn.quantize`` at group 64 and 4 or 8 bits, as
   convert.py does. Real weights, so real transcripts.
+* cohere_asr: bench/cohere_asr_torch.py's random checkpoint at the real Cohere Transcribe shapes (2.07 B
+  parameters, bf16, the hub layout, built by its torch virtualenv: see bench/cohere_asr_speed.py), converted by
+  mlx-audio 0.6.2's ``mlx_audio.convert.convert`` (float32, float16, ``-q 8/4``); decodes capped at 4 tokens a
+  second of audio (random weights never stop).
 * whisper_small: the same layout and variants at small.en's shapes (768 wide, 12 + 12 layers) with MLX's random
   initialisation: the narrowest Whisper whose encoder blocks the CPU keeps packed. Its decodes run without the
   temperature fallback and stop at 4 tokens a second of audio at most.
@@ -96,11 +100,15 @@ from omnid.evaluation.corpus import corpus_folder  # noqa: E402
 
 CORPUS = corpus_folder(ROOT / "tests" / "corpus")
 GOLDENS = ROOT / "tests" / "goldens"
-KINDS = ("whisper", "whisper_small", "qwen3_asr", "qwen3_aligner", "parakeet", "nemotron", "sortformer")
+KINDS = ("whisper", "whisper_small", "qwen3_asr", "qwen3_aligner", "parakeet", "nemotron", "sortformer",
+         "cohere_asr")
 VARIANTS = ("float32", "float16", "q8", "q4")
 CLIPS = ("ljspeech_LJ001-0001", "ljspeech_LJ001-0004", "jfk_inaugural_excerpt")
 DONE = ".bench_built"  # written last into a finished folder
 QWEN_TOKENS_PER_S = 4.0
+COHERE_TOKENS_PER_S = 4.0
+# bench/cohere_asr_speed.py's torch virtualenv, which builds Cohere Transcribe's real-size random checkpoint.
+TORCH_PYTHON = Path("/tmp/cohere-ref/bin/python")
 WHISPER_TOKENS_PER_S = 4.0
 PARAKEET_TOKENS_PER_S = 4.0
 # kind -> its descriptor's name in omnid.engine.kinds
@@ -358,13 +366,29 @@ def build_sortformer(root: Path) -> None:
                               module="mlx_audio.vad.models.sortformer", **kwargs)
 
 
+def build_cohere(root: Path) -> None:
+    """bench/cohere_asr_torch.py's real-size random checkpoint (transformers' own classes, bf16, the hub layout),
+    built by its torch virtualenv where missing; then mlx-audio 0.6.2's converter (float32, float16, -q 8/4)."""
+    source = root / "hub"
+    if not (source / "checkpoint" / "model.safetensors").is_file():
+        if not TORCH_PYTHON.is_file():
+            raise SystemExit(f"{TORCH_PYTHON}: no torch virtualenv to build the Cohere checkpoint (see "
+                             "bench/cohere_asr_speed.py)")
+        subprocess.run([str(TORCH_PYTHON), str(ROOT / "bench" / "cohere_asr_torch.py"), "--build", "--work",
+                        str(source)], check=True, cwd=ROOT)
+    for variant in VARIANTS:
+        if not finished(root / variant):
+            kwargs = {"dtype": variant} if variant.startswith("float") else {"quantize": True, "q_bits": int(variant[1:])}
+            mlx_audio_convert(source / "checkpoint", root / variant, **kwargs)
+
+
 def build(kind: str, work: Path) -> None:
     root = work / kind
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     {"whisper": build_whisper, "whisper_small": build_whisper_small, "qwen3_asr": lambda r: build_qwen(r, False),
      "qwen3_aligner": lambda r: build_qwen(r, True), "parakeet": build_parakeet, "nemotron": build_nemotron,
-     "sortformer": build_sortformer}[kind](root)
+     "sortformer": build_sortformer, "cohere_asr": build_cohere}[kind](root)
     os.sync()
     print(f"{kind}: checkpoints ready in {root} ({time.perf_counter() - started:.0f} s)", flush=True)
 
@@ -418,12 +442,13 @@ def load_engine(kind: str, folder: Path, choice: str) -> Any:
     # packed: the engine's keep_quantized, where its constructor takes it
     engine_class = {"parakeet": "omnid.engine.parakeet.engine:ParakeetEngine",
                     "nemotron": "omnid.engine.nemotron.engine:NemotronEngine",
-                    "sortformer": "omnid.engine.sortformer.engine:SortformerEngine"}[kind]
+                    "sortformer": "omnid.engine.sortformer.engine:SortformerEngine",
+                    "cohere_asr": "omnid.engine.cohere_asr.engine:CohereAsrEngine"}[kind]
     module, name = engine_class.split(":")
     cls = getattr(importlib.import_module(module), name)
     if "keep_quantized" not in inspect.signature(cls).parameters:
         raise NotImplementedError(f"{name} takes no keep_quantized")
-    args = (options,) if kind == "parakeet" else ()
+    args = (options,) if kind in ("parakeet", "cohere_asr") else ()
     return cls(f"bench-{kind}", folder, {}, *args, keep_quantized=True)
 
 
@@ -489,6 +514,9 @@ def run_once(kind: str, engine: Any, audio: Any, text: str, warmup: bool = False
         return len(engine.align(audio, " ".join(text.split()[:2]) if warmup else text, "English"))
     if kind in ("parakeet", "nemotron"):
         return len(engine.transcribe(audio, TranscribeOptions()).text.split())
+    if kind == "cohere_asr":  # random weights never stop: a transcript's length of tokens
+        cap = 4 if warmup else max(8, round(COHERE_TOKENS_PER_S * seconds))
+        return len(engine.transcribe(audio, TranscribeOptions(language="en", max_new_tokens=cap)).text.split())
     return int(engine.diarize(audio).shape[0])
 
 
@@ -555,7 +583,7 @@ def choices(kind: str, variant: str) -> tuple[str, ...]:
     if not variant.startswith("q"):
         return ("default",)
     other = {"whisper": "packed", "whisper_small": "packed", "qwen3_asr": "mlx", "qwen3_aligner": "mlx", "parakeet": "packed",
-             "nemotron": "packed", "sortformer": "packed"}[kind]
+             "nemotron": "packed", "sortformer": "packed", "cohere_asr": "packed"}[kind]
     return ("default", other)
 
 
@@ -571,7 +599,7 @@ def describe(kind: str, variant: str, choice: str) -> str:
         return "MLX packed decoder"
     if kind in ("qwen3_asr", "qwen3_aligner"):
         return "numpy decoder, packed" if variant.startswith("q") else "numpy decoder"
-    if kind in ("parakeet", "nemotron") and variant.startswith("q"):
+    if kind in ("parakeet", "nemotron", "cohere_asr") and variant.startswith("q"):
         return "encoder layers packed"
     if kind.startswith("whisper") and variant.startswith("q"):
         return "encoder, tokens packed" if kind == "whisper_small" else "tokens packed, rest wide"
