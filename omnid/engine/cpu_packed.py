@@ -132,6 +132,12 @@ def _on_pool_thread() -> bool:
     return threading.current_thread().name.startswith("cpu-math")
 
 
+def _thread_share(rows: int, granule: int) -> int:
+    """Each thread's share of ``rows`` output rows: an equal part, rounded up to whole ``granule``s."""
+    part = -(-rows // CPU_THREADS)
+    return -(-part // granule) * granule
+
+
 def _float32(a: mx.array) -> np.ndarray:
     """A numpy view of a float32 MLX array; another dtype (a bfloat16 folder's scales) widened, a copy."""
     return np.asarray(a if a.dtype == mx.float32 else a.astype(mx.float32))
@@ -179,8 +185,8 @@ class PackedLinear:
         return out
 
     def columns(self, x: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:
-        """Output columns [start, stop) of x W^T (+ b) into ``out`` (n, stop - start), the rows shared among the
-        threads (on a pool thread: that thread alone)."""
+        """Output columns [start, stop) of x W^T (+ b) into ``out`` (n, stop - start), W's rows for them shared
+        among the threads (on a pool thread: that thread alone)."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         few = len(x) <= FEW_ROWS
         work = self._few if few else self._many
@@ -188,7 +194,7 @@ class PackedLinear:
         if _on_pool_thread() or stop - start <= granule:
             work(x, start, stop, out[:, : stop - start], start)
         else:
-            share = -(-(-(-(stop - start) // CPU_THREADS)) // granule) * granule
+            share = _thread_share(stop - start, granule)
             by_share(lambda a, b: work(x, start + a, start + b, out[:, a:b], start + a), stop - start, share)
         if self.bias is not None:
             out[:, : stop - start] += self.bias[start:stop]
@@ -245,6 +251,6 @@ def joined_products(maps: Sequence[PackedLinear], x: np.ndarray) -> list[np.ndar
     if _on_pool_thread():
         work(0, out.shape[1])
     else:
-        share = -(-(-(-out.shape[1] // CPU_THREADS)) // granule) * granule
+        share = _thread_share(out.shape[1], granule)
         by_share(work, out.shape[1], share)
     return np.split(out, offsets[1:-1], axis=1)
