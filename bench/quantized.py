@@ -58,9 +58,11 @@ daemon's path), measured in the same run, beside the share of the timed pass in 
 wanted by more work than they could run (/proc/pressure/cpu): on a shared 2-core machine another busy process
 slows OpenBLAS's two threads several times over, and that column says which timings to distrust.
 
-Time on the project's 2-core VM: building every checkpoint about 5 minutes the first time (--work keeps them);
---quick about 40 minutes, most of it in the cells that run MLX's quantized kernels on the CPU (real-time factors of
-4 to 30); the full sweep (3 runs of 25.8 s) about 4 to 5 hours, so run it a kind at a time (--kinds).
+Time on the project's 2-core VM: building every checkpoint about 5 minutes the first time (--work keeps them; Cohere's
+source checkpoint another 1-2 minutes in its torch virtualenv); --quick about 40 minutes, most of it in the cells that
+run MLX's quantized kernels on the CPU (real-time factors of 4 to 30); ``--quick --runs 3 --default-only`` 1-5 minutes
+a kind (Cohere's, the largest, 5); the full sweep (3 runs of 25.8 s) about 4 to 5 hours, so run it a kind at a time
+(--kinds).
 
     .venv/bin/python bench/quantized.py                        # every kind, 3 runs per cell
     .venv/bin/python bench/quantized.py --quick                # every kind, 1 run, 9.7 s of audio
