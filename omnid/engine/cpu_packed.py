@@ -5,12 +5,13 @@ so the numpy paths used to widen every packed module to float32 at load: a quant
 memory. Here the packed weight stays packed, in the MLX module's own arrays (numpy views of them: no second copy),
 and is multiplied by kernels compiled by numba:
 
-- **few rows** (a decode step, a streaming chunk's handful of frames): each output is a dot product of x with one
-  packed row, unpacked in registers. Such products are bound by memory bandwidth (every weight read once for a row
-  or two), so reading a quarter or an eighth of float32's bytes is what makes them fast;
-- **many rows** (an encoder window, a prompt): a chunk of the weight's rows is unpacked into a float32 scratch
-  buffer small enough to stay in the core's cache, and numpy's BLAS multiplies x by its transpose; the unpacking is
-  one pass over the weight, a small share of a product over many rows.
+- **one or two rows** (a decode step): each output is a dot product of x with one packed row, unpacked in
+  registers. Such products are bound by memory bandwidth (every weight read once for a row or two), so reading a
+  quarter or an eighth of float32's bytes is what makes them fast;
+- **more rows** (a streaming chunk's frames, an encoder window, a prompt): a chunk of the weight's rows is unpacked
+  into a float32 scratch buffer small enough to stay in the core's cache, and numpy's BLAS multiplies x by its
+  transpose; the unpacking is one pass over the weight, a small share of a product over many rows (FEW_ROWS says
+  where the two meet, as measured).
 
 Layout. MLX packs affine weights row by row (``w = scale * q + bias`` per group of ``group_size`` inputs; 4-bit
 values two to a byte, the even input in the low nibble; ``scales``/``biases`` (out, groups)). Only MLX's affine mode
@@ -35,9 +36,11 @@ from numba import njit
 from omnid.engine.cpu_math import CPU_THREADS, by_share
 from omnid.engine.quantization import CPU_PACKED_BITS
 
-# At most this many input rows go through the unpacking kernel; more are unpacked into float32 for the BLAS. At 8
-# rows the kernel's arithmetic (one multiply-add per weight per row) is about the BLAS's on float32 weights.
-FEW_ROWS = 8
+# At most this many input rows go through the unpacking kernel; more are unpacked into float32 for the BLAS.
+# bench/cpu_packed_products.py (a 0.6B layer's products, as by_columns calls them): the kernel took 0.60x float32's
+# time at 1 row and 0.87-0.89x at 2, then 1.05-1.18x at 3-4 and 1.5-2.1x at 7-8, where the widened chunks took
+# 0.95-1.29x.
+FEW_ROWS = 2
 # Weight rows unpacked at a time for the BLAS: (256, in_features) float32 scratch, 1 MB at width 1024, small enough
 # to stay in the core's cache between the unpacking and the product that reads it.
 CHUNK_ROWS = 256

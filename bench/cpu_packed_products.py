@@ -1,0 +1,68 @@
+"""Which of cpu_packed's two ways multiplies a few rows faster, against float32's product, as the numpy layers call
+them (numpy_layers.by_columns: the output columns shared among the threads), at a 0.6B model's layer shapes (width
+1024, feed-forward 4096; three layers' products cycled, more than the caches hold, as a real step reads its
+weights): the few-row kernel (each packed row unpacked in registers) or a chunk of rows widened for the BLAS, for
+1 to 8 input rows (a decode step of 1 or a few sequences, a streaming chunk of 7 frames). Random weights, affine
+4 and 8 bits at group 64; medians of 11 rounds, the three ways alternating within each. What it printed decides
+cpu_packed.FEW_ROWS.
+
+    .venv/bin/python bench/cpu_packed_products.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import mlx.nn as nn  # noqa: E402
+import numpy as np  # noqa: E402
+
+import omnid  # noqa: E402,F401  (OpenBLAS before mlx)
+from omnid.engine import cpu_packed  # noqa: E402
+from omnid.engine.numpy_layers import LinearMap, by_columns, linear_map  # noqa: E402
+
+WIDTH, FEED_FORWARD = 1024, 4096
+# One FastConformer/transformer layer's products: q, k, v, o, the position projection, two feed-forwards.
+SHAPES = [(WIDTH, WIDTH)] * 5 + [(WIDTH, FEED_FORWARD), (FEED_FORWARD, WIDTH)] * 2
+ROUNDS = 11
+
+
+def step(maps: list[LinearMap], x: dict[int, np.ndarray]) -> float:
+    start = time.perf_counter()
+    for m in maps:
+        out = np.empty((len(x[WIDTH]), m.shape[1]), np.float32)
+        by_columns(x[m.shape[0]], [(m, out)])
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    layers = [nn.Linear(i, o) for i, o in SHAPES] * 3
+    floats = [linear_map(m) for m in layers]
+    chosen = cpu_packed.FEW_ROWS
+    print(f"cpu_packed.FEW_ROWS = {chosen}: the kernel up to that many rows, the widened chunks past it")
+    for bits in (8, 4):
+        packed = [linear_map(nn.QuantizedLinear.from_linear(m, group_size=64, bits=bits)) for m in layers]
+        for rows in (1, 2, 3, 4, 7, 8):
+            x = {n: rng.standard_normal((rows, n)).astype(np.float32) for n in (WIDTH, FEED_FORWARD)}
+            times: dict[str, list[float]] = {"float32": [], "kernel": [], "widened chunks": []}
+            for _ in range(ROUNDS):
+                times["float32"].append(step(floats, x))
+                cpu_packed.FEW_ROWS = rows
+                times["kernel"].append(step(packed, x))
+                cpu_packed.FEW_ROWS = 0
+                times["widened chunks"].append(step(packed, x))
+                cpu_packed.FEW_ROWS = chosen
+            base = statistics.median(times["float32"])
+            cells = ", ".join(f"{k} {statistics.median(v) * 1e3:5.1f} ms ({statistics.median(v) / base:.2f}x)"
+                              for k, v in times.items())
+            print(f"{bits}-bit, {rows} row(s): {cells}")
+
+
+if __name__ == "__main__":
+    main()
