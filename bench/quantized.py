@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import io
@@ -195,7 +196,7 @@ def write_whisper(root: Path, model_dims: Any, make_model: Callable[[], Any], he
     import mlx.nn as nn
     from mlx.utils import tree_flatten, tree_map
 
-    dims = {k: getattr(model_dims, k) for k in SMALL_EN}
+    dims = dataclasses.asdict(model_dims)
     for variant in VARIANTS:
         out = root / variant
         if finished(out):

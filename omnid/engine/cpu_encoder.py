@@ -20,7 +20,7 @@ import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import CPU_THREADS, by_share, gelu_rows, head_attention_np
-from omnid.engine.numpy_layers import Linear, Norm, all_rows, blocks, by_columns, linear_map, scratch
+from omnid.engine.numpy_layers import Linear, Norm, all_rows, any_packed, blocks, by_columns, linear_map, scratch
 
 # Below this many rows per thread the products are split by columns instead (measured with 128-row blocks).
 FEW_ROWS = 128
@@ -38,8 +38,7 @@ class CpuEncoderLayer:
         self.attn_ln, self.mlp_ln = Norm.of(attn_ln), Norm.of(mlp_ln)
         self.query, self.key, self.value, self.out = (linear_map(p) for p in (query, key, value, out))
         self.mlp1, self.mlp2 = linear_map(mlp1), linear_map(mlp2)
-        self.packed = not all(isinstance(p, Linear) for p in (self.query, self.key, self.value, self.out, self.mlp1,
-                                                              self.mlp2))
+        self.packed = any_packed((self.query, self.key, self.value, self.out, self.mlp1, self.mlp2))
 
     def __call__(self, x: np.ndarray) -> None:
         b, t, d = x.shape

@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit
 
 from omnid.engine.cpu_math import CPU_THREADS, by_share
-from omnid.engine.quantization import CPU_PACKED_BITS
+from omnid.engine.quantization import Quantization
 
 # At most this many input rows go through the unpacking kernel; more are unpacked into float32 for the BLAS.
 # bench/cpu_packed_products.py (a 0.6B layer's products, as by_columns calls them): the kernel took 0.60x float32's
@@ -110,8 +110,8 @@ def _unpack(packed, scales, biases, bits, rows, out):
 
 def packable(module: nn.Module) -> bool:
     """Whether a module is one this file multiplies packed (MLX's affine mode at 4 or 8 bits)."""
-    return (isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding)) and module.mode == "affine"
-            and module.bits in CPU_PACKED_BITS)
+    return (isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding))
+            and Quantization.of(module).multiplied_packed_on_cpu)
 
 
 class _Buffers(threading.local):
@@ -195,10 +195,10 @@ class PackedLinear:
         work = self._few if few else self._many
         granule = SHARE_ROWS if few else CHUNK_ROWS
         if _on_pool_thread() or stop - start <= granule:
-            work(x, start, stop, out[:, : stop - start], start)
+            work(x, start, stop, out[:, : stop - start])
         else:
             share = _thread_share(stop - start, granule)
-            by_share(lambda a, b: work(x, start + a, start + b, out[:, a:b], start + a), stop - start, share)
+            by_share(lambda a, b: work(x, start + a, start + b, out[:, a:b]), stop - start, share)
         if self.bias is not None:
             out[:, : stop - start] += self.bias[start:stop]
 
@@ -214,7 +214,7 @@ class PackedLinear:
     def __getitem__(self, ids: Any) -> np.ndarray:
         return self.rows(ids)
 
-    def _few(self, x: np.ndarray, first: int, last: int, out: np.ndarray, _start: int) -> None:
+    def _few(self, x: np.ndarray, first: int, last: int, out: np.ndarray) -> None:
         """Output rows [first, last) by the unpacking kernel into ``out`` (n, last - first)."""
         sums = np.ascontiguousarray(x.reshape(len(x), -1, self.group_size).sum(axis=-1, dtype=np.float32))
         if self.bits == 4:
@@ -226,7 +226,7 @@ class PackedLinear:
         if target is not out:
             out[:] = target
 
-    def _many(self, x: np.ndarray, first: int, last: int, out: np.ndarray, _start: int) -> None:
+    def _many(self, x: np.ndarray, first: int, last: int, out: np.ndarray) -> None:
         """Output rows [first, last), a chunk of the weight's rows at a time unpacked into float32 for the BLAS."""
         buffer = _scratch(CHUNK_ROWS * self.in_features)
         for chunk in range(first, last, CHUNK_ROWS):

@@ -6,7 +6,7 @@ temporaries in per-thread scratch buffers."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -15,6 +15,7 @@ import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import CPU_THREADS, by_rows, by_share, layer_norm_rows, small_product_columns
+from omnid.engine.quantization import widen_module
 
 
 def as_numpy(a: mx.array) -> np.ndarray:
@@ -49,12 +50,15 @@ def linear_map(module: nn.Module) -> LinearMap:
 
         if cpu_packed.packable(module):
             return cpu_packed.PackedLinear.of(module)
-        wide = mx.dequantize(module.weight, module.scales, module.get("biases"), group_size=module.group_size,
-                             bits=module.bits, mode=module.mode, dtype=mx.float32)
-        bias = as_numpy(module.bias) if "bias" in module else None
+        wide = widen_module(module)
         mx.eval(wide)
-        return Linear(as_numpy(wide).T, bias)
+        return Linear(as_numpy(wide).T, as_numpy(module.bias) if "bias" in module else None)
     return Linear.of(module)
+
+
+def any_packed(maps: Iterable[LinearMap]) -> bool:
+    """Whether some of the maps are cpu_packed's (those layers take their products over all rows at once)."""
+    return not all(isinstance(m, Linear) for m in maps)
 
 
 class QuantizedRows:
@@ -201,7 +205,7 @@ def by_columns(x: np.ndarray, products: Sequence[tuple[LinearMap, np.ndarray]]) 
     width = products[0][1].shape[1]
     share = -(-width // CPU_THREADS)
     block = min(share, small_product_columns(len(x), x.shape[1]) or share)
-    if not all(isinstance(linear, Linear) for linear, _ in products):
+    if any_packed(linear for linear, _ in products):
         from omnid.engine import cpu_packed
 
         if len(x) <= cpu_packed.FEW_ROWS:

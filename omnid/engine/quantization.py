@@ -64,6 +64,11 @@ class Quantization:
     bits: int
     mode: str = "affine"
 
+    @classmethod
+    def of(cls, module: Any) -> Quantization:
+        """An MLX QuantizedLinear's or QuantizedEmbedding's packing."""
+        return cls(module.group_size, module.bits, module.mode)
+
     def params(self) -> dict[str, Any]:
         """For ``nn.quantize``'s class predicate."""
         return {"group_size": self.group_size, "bits": self.bits, "mode": self.mode}
@@ -183,3 +188,8 @@ def widen(weight: mx.array, scales: mx.array, biases: mx.array | None, q: Quanti
     float weights)."""
     wide = mx.dequantize(weight, scales, biases, group_size=q.group_size, bits=q.bits, mode=q.mode)
     return wide.astype(mx.float32)
+
+
+def widen_module(module: Any) -> mx.array:
+    """An MLX QuantizedLinear's or QuantizedEmbedding's weight as float32, as :func:`widen` widens a folder's."""
+    return widen(module.weight, module.scales, module.get("biases"), Quantization.of(module))

@@ -23,7 +23,17 @@ import mlx.nn as nn
 import numpy as np
 
 from omnid.engine.cpu_math import glu_depthwise_silu, relative_attention_np, relu_rows, silu_rows
-from omnid.engine.numpy_layers import Linear, LinearMap, Norm, all_rows, as_numpy, blocks, linear_map, scratch
+from omnid.engine.numpy_layers import (
+    Linear,
+    LinearMap,
+    Norm,
+    all_rows,
+    any_packed,
+    as_numpy,
+    blocks,
+    linear_map,
+    scratch,
+)
 
 
 class FeedForward:
@@ -70,8 +80,8 @@ class CpuConformerLayer:
         self.depthwise_weight = as_numpy(conv.depthwise_conv.weight)[..., 0] * s[:, None]
         bias = as_numpy(conv.depthwise_conv.bias) if "bias" in conv.depthwise_conv else 0.0
         self.depthwise_bias = (bias - as_numpy(norm.running_mean)) * s + as_numpy(norm.bias)
-        self.packed = not all(isinstance(p, Linear) for p in (self.q, self.k, self.v, self.o, self.ff1.linear1,
-                                                              self.ff1.linear2, self.ff2.linear1, self.ff2.linear2))
+        self.packed = any_packed((self.q, self.k, self.v, self.o, self.ff1.linear1, self.ff1.linear2,
+                                  self.ff2.linear1, self.ff2.linear2))
 
     def __call__(self, x: np.ndarray, sin: np.ndarray, cos: np.ndarray) -> None:
         """``sin``, ``cos``: relative_sinusoids of the sequence's length."""

@@ -17,6 +17,7 @@ from omnid.engine.cpu_cross_decoder import CpuCrossDecoder
 from omnid.engine.cpu_encoder import CpuEncoderLayer
 from omnid.engine.cpu_math import attention, gelu
 from omnid.engine.numpy_layers import through_layers
+from omnid.engine.quantization import widen_module
 from omnid.engine.whisper.cpu_decoder import cpu_text_decoder
 
 KVCache = tuple[mx.array, mx.array]
@@ -224,11 +225,7 @@ class TextDecoder(nn.Module):
         self._projection = None
         if mx.default_device().type == mx.cpu:
             table = self.token_embedding
-            if isinstance(table, nn.QuantizedEmbedding):
-                weight = mx.dequantize(table.weight, table.scales, table.get("biases"), group_size=table.group_size,
-                                       bits=table.bits, mode=table.mode).astype(mx.float32)
-            else:
-                weight = table.weight
+            weight = widen_module(table) if isinstance(table, nn.QuantizedEmbedding) else table.weight
             self._projection = mx.contiguous(weight.T)
             mx.eval(self._projection)
 
