@@ -1,8 +1,9 @@
 """Which of cpu_packed's two ways multiplies a few rows faster, against float32's product, as the numpy layers call
 them (numpy_layers.by_columns: the output columns shared among the threads), at a 0.6B model's layer shapes (width
 1024, feed-forward 4096; three layers' products cycled, more than the caches hold, as a real step reads its
-weights): the few-row kernel (each packed row unpacked in registers) or a chunk of rows widened for the BLAS, for
-1 to 8 input rows (a decode step of 1 or a few sequences, a streaming chunk of 7 frames). Random weights, affine
+weights): the few-row kernel (four packed rows at a time widened into a cache-resident buffer and multiplied by x
+three rows at a time) or a chunk of rows widened for the BLAS, for 1 to 128 input rows (a decode step of 1 or a few
+sequences, a streaming chunk of 14 frames, a short prompt or window). Random weights, affine
 4 and 8 bits at group 64; medians of 11 rounds, the three ways alternating within each. What it printed decides
 cpu_packed.FEW_ROWS.
 
@@ -48,7 +49,7 @@ def main() -> None:
     print(f"cpu_packed.FEW_ROWS = {chosen}: the kernel up to that many rows, the widened chunks past it")
     for bits in (8, 4):
         packed = [linear_map(nn.QuantizedLinear.from_linear(m, group_size=64, bits=bits)) for m in layers]
-        for rows in (1, 2, 3, 4, 7, 8):
+        for rows in (1, 2, 4, 7, 14, 32, 48, 64, 128):
             x = {n: rng.standard_normal((rows, n)).astype(np.float32) for n in (WIDTH, FEED_FORWARD)}
             times: dict[str, list[float]] = {"float32": [], "kernel": [], "widened chunks": []}
             for _ in range(ROUNDS):

@@ -5,13 +5,15 @@ so the numpy paths used to widen every packed module to float32 at load: a quant
 memory. Here the packed weight stays packed, in the MLX module's own arrays (numpy views of them: no second copy),
 and is multiplied by kernels compiled by numba:
 
-- **one or two rows** (a decode step): each output is a dot product of x with one packed row, unpacked in
-  registers. Such products are bound by memory bandwidth (every weight read once for a row or two), so reading a
-  quarter or an eighth of float32's bytes is what makes them fast;
-- **more rows** (a streaming chunk's frames, an encoder window, a prompt): a chunk of the weight's rows is unpacked
-  into a float32 scratch buffer small enough to stay in the core's cache, and numpy's BLAS multiplies x by its
-  transpose; the unpacking is one pass over the weight, a small share of a product over many rows (FEW_ROWS says
-  where the two meet, as measured).
+- **a few rows** (a decode step, a streaming chunk's frames): float32's product over a few rows is bound by
+  reading its weights (four bytes each, once for all the rows); these read one or half a byte and unpack it once
+  per call. One row (``_row_product``): each packed group is multiplied as it is read and its scale and bias applied
+  to the group's sum. Two rows or more (``_product``): four packed rows at a time are widened into a buffer that
+  stays in the first-level cache and multiplied by x's rows three at a time;
+- **more rows** (an encoder window, a prompt): a chunk of the weight's rows is unpacked into a float32 scratch
+  buffer small enough to stay in the core's cache, and numpy's BLAS multiplies x by its transpose; the unpacking
+  is one pass over the weight, a small share of a product over many rows (FEW_ROWS says where the two meet, as
+  measured).
 
 Layout. MLX packs affine weights row by row (``w = scale * q + bias`` per group of ``group_size`` inputs; 4-bit
 values two to a byte, the even input in the low nibble; ``scales``/``biases`` (out, groups)). Only MLX's affine mode
@@ -36,11 +38,11 @@ from numba import njit
 from omnid.engine.cpu_math import CPU_THREADS, by_share
 from omnid.engine.quantization import Quantization
 
-# At most this many input rows go through the unpacking kernel; more are unpacked into float32 for the BLAS.
-# bench/cpu_packed_products.py (a 0.6B layer's products, as by_columns calls them): the kernel took 0.60x float32's
-# time at 1 row and 0.87-0.89x at 2, then 1.05-1.18x at 3-4 and 1.5-2.1x at 7-8, where the widened chunks took
-# 0.95-1.29x.
-FEW_ROWS = 2
+# At most this many input rows go through the few-row kernel; more are unpacked into float32 for the BLAS.
+# bench/cpu_packed_products.py (a 0.6B layer's products, as by_columns calls them): the kernels took 0.52-0.74x
+# float32's time at 1-14 rows and 0.85-0.91x at 32-48, about the widened chunks' at 64 (0.86x; 0.83-0.84x), and
+# 1.36-1.53x at 128, where the widened chunks took 1.09-1.10x (float32's BLAS at its full speed there).
+FEW_ROWS = 48
 # Weight rows unpacked at a time for the BLAS: (256, in_features) float32 scratch, 1 MB at width 1024, small enough
 # to stay in the core's cache between the unpacking and the product that reads it.
 CHUNK_ROWS = 256
@@ -62,29 +64,111 @@ def _high(byte):
     return np.float32(np.int32(byte) >> 4)
 
 
-@njit("void(uint8[:, ::1], float32[:, ::1], float32[:, ::1], int64, float32[:, ::1], float32[:, ::1], "
-      "float32[:, ::1], float32[:, ::1], int64, int64)", nogil=True, fastmath=_MATH, cache=True)
-def _product(packed, scales, biases, bits, even, odd, sums, out, first, last):
-    """out[:, o - first] = x . W[o] for output rows o in [first, last) of a 4- or 8-bit weight. 4 bits: ``even`` /
-    ``odd`` are x's even and odd inputs (the low and high nibbles' partners); 8 bits: ``even`` is x (``odd`` unused).
-    ``sums``: x's sum over each group (for the biases). Each packed row is read once for every row of x."""
-    n, groups = even.shape[0], scales.shape[1]
+@njit(inline="always")
+def _widen(row, scales, biases, bits, o, w):
+    """Packed row ``row`` (output row ``o``) widened to float32 into ``w`` (in_features,)."""
+    groups = scales.shape[1]
+    size = row.shape[0] // groups  # bytes of one group of one row
+    for g in range(groups):
+        s, m, base = scales[o, g], biases[o, g], g * size
+        if bits == 4:
+            for k in range(size):
+                w[2 * (base + k)] = s * _low(row[base + k]) + m
+                w[2 * (base + k) + 1] = s * _high(row[base + k]) + m
+        else:
+            for k in range(size):
+                w[base + k] = s * np.float32(np.int32(row[base + k])) + m
+
+
+@njit("void(uint8[:, ::1], float32[:, ::1], float32[:, ::1], int64, float32[::1], float32[::1], float32[::1], "
+      "float32[::1], int64, int64)", nogil=True, fastmath=_MATH, cache=True)
+def _row_product(packed, scales, biases, bits, even, odd, sums, out, first, last):
+    """The few-row kernel's product for one row x (a decode step): out[o - first] = x . W[o] for output rows o in
+    [first, last), each packed row's groups multiplied as they are read, the scale and bias applied to each group's
+    sum (``sums``: x's sum over each group). 4 bits: ``even`` / ``odd`` are x's even and odd inputs (the low and
+    high nibbles' partners); 8 bits: ``even`` is x (``odd`` unused). For one row this is about a fifth quicker than
+    widening the rows first (the tiles below), which pays a store and a load per weight that one row cannot share."""
+    groups = scales.shape[1]
     size = packed.shape[1] // groups  # bytes of one group of one row
     for o in range(first, last):
         row = packed[o]
-        for b in range(n):
-            acc = np.float32(0.0)
-            for g in range(groups):
-                base = g * size
-                s = np.float32(0.0)
-                if bits == 4:
-                    for k in range(size):
-                        s += _low(row[base + k]) * even[b, base + k] + _high(row[base + k]) * odd[b, base + k]
-                else:
-                    for k in range(size):
-                        s += np.float32(np.int32(row[base + k])) * even[b, base + k]
-                acc += scales[o, g] * s + biases[o, g] * sums[b, g]
-            out[b, o - first] = acc
+        acc = np.float32(0.0)
+        for g in range(groups):
+            base = g * size
+            s = np.float32(0.0)
+            if bits == 4:
+                for k in range(size):
+                    s += _low(row[base + k]) * even[base + k] + _high(row[base + k]) * odd[base + k]
+            else:
+                for k in range(size):
+                    s += np.float32(np.int32(row[base + k])) * even[base + k]
+            acc += scales[o, g] * s + biases[o, g] * sums[g]
+        out[o - first] = acc
+
+
+@njit(inline="always")
+def _store(out, row, column, tile, a0, a1, a2, a3):
+    """The first ``tile`` of four sums into out[row, column:]."""
+    out[row, column] = a0
+    if tile > 1:
+        out[row, column + 1] = a1
+    if tile > 2:
+        out[row, column + 2] = a2
+    if tile > 3:
+        out[row, column + 3] = a3
+
+
+@njit("void(uint8[:, ::1], float32[:, ::1], float32[:, ::1], int64, float32[:, ::1], float32[:, ::1], int64, int64)",
+      nogil=True, fastmath=_MATH, cache=True)
+def _product(packed, scales, biases, bits, x, out, first, last):
+    """out[:, o - first] = x . W[o] for output rows o in [first, last) of a 4- or 8-bit weight.
+
+    Four packed rows at a time are widened into a small float32 buffer (it stays in the first-level cache), then
+    multiplied by x's rows three at a time: each step loads four weights and three inputs for twelve sums, where
+    one row at a time would load five for four (the loads, not the multiplications, bound this loop). Each weight is
+    unpacked once per call, however many rows x has."""
+    n, width = x.shape
+    w = np.empty((4, width), np.float32)
+    w0, w1, w2, w3 = w[0], w[1], w[2], w[3]
+    for o in range(first, last, 4):
+        tile = min(4, last - o)
+        for j in range(4):  # a short last tile repeats its last row: the sums of rows past it are not stored
+            r = o + min(j, tile - 1)
+            _widen(packed[r], scales, biases, bits, r, w[j])
+        c = o - first
+        b = 0
+        while b + 3 <= n:
+            xa, xb, xc = x[b], x[b + 1], x[b + 2]
+            a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = c0 = c1 = c2 = c3 = np.float32(0.0)
+            for k in range(width):
+                p0, p1, p2, p3 = w0[k], w1[k], w2[k], w3[k]
+                u, v, z = xa[k], xb[k], xc[k]
+                a0 += p0 * u
+                a1 += p1 * u
+                a2 += p2 * u
+                a3 += p3 * u
+                b0 += p0 * v
+                b1 += p1 * v
+                b2 += p2 * v
+                b3 += p3 * v
+                c0 += p0 * z
+                c1 += p1 * z
+                c2 += p2 * z
+                c3 += p3 * z
+            _store(out, b, c, tile, a0, a1, a2, a3)
+            _store(out, b + 1, c, tile, b0, b1, b2, b3)
+            _store(out, b + 2, c, tile, c0, c1, c2, c3)
+            b += 3
+        for r in range(b, n):  # the last one or two rows of x
+            xa = x[r]
+            a0 = a1 = a2 = a3 = np.float32(0.0)
+            for k in range(width):
+                u = xa[k]
+                a0 += w0[k] * u
+                a1 += w1[k] * u
+                a2 += w2[k] * u
+                a3 += w3[k] * u
+            _store(out, r, c, tile, a0, a1, a2, a3)
 
 
 @njit("void(uint8[:, ::1], float32[:, ::1], float32[:, ::1], int64, int64[::1], float32[:, ::1])",
@@ -92,20 +176,8 @@ def _product(packed, scales, biases, bits, even, odd, sums, out, first, last):
 def _unpack(packed, scales, biases, bits, rows, out):
     """W[rows] widened to float32 into ``out`` (len(rows), in_features): a chunk for the BLAS, or an embedding's
     lookup."""
-    groups = scales.shape[1]
-    size = packed.shape[1] // groups
     for i in range(rows.shape[0]):
-        o = rows[i]
-        row, dst = packed[o], out[i]
-        for g in range(groups):
-            s, m, base = scales[o, g], biases[o, g], g * size
-            if bits == 4:
-                for k in range(size):
-                    dst[2 * (base + k)] = s * _low(row[base + k]) + m
-                    dst[2 * (base + k) + 1] = s * _high(row[base + k]) + m
-            else:
-                for k in range(size):
-                    dst[base + k] = s * np.float32(np.int32(row[base + k])) + m
+        _widen(packed[rows[i]], scales, biases, bits, rows[i], out[i])
 
 
 def packable(module: nn.Module) -> bool:
@@ -215,14 +287,17 @@ class PackedLinear:
         return self.rows(ids)
 
     def _few(self, x: np.ndarray, first: int, last: int, out: np.ndarray) -> None:
-        """Output rows [first, last) by the unpacking kernel into ``out`` (n, last - first)."""
-        sums = np.ascontiguousarray(x.reshape(len(x), -1, self.group_size).sum(axis=-1, dtype=np.float32))
-        if self.bits == 4:
-            even, odd = np.ascontiguousarray(x[:, 0::2]), np.ascontiguousarray(x[:, 1::2])
-        else:
-            even, odd = x, x[:, :0]
+        """Output rows [first, last) by the few-row kernels into ``out`` (n, last - first)."""
         target = out if out.flags.c_contiguous else np.empty((len(x), last - first), np.float32)
-        _product(self.packed, self.scales, self.biases, self.bits, even, odd, sums, target, first, last)
+        if len(x) == 1:
+            row = x[0]
+            sums = np.ascontiguousarray(row.reshape(-1, self.group_size).sum(axis=-1, dtype=np.float32))
+            even, odd = (np.ascontiguousarray(row[0::2]), np.ascontiguousarray(row[1::2])) if self.bits == 4 else (
+                row, row[:0])
+            _row_product(self.packed, self.scales, self.biases, self.bits, even, odd, sums, target[0],
+                         first, last)
+        else:
+            _product(self.packed, self.scales, self.biases, self.bits, x, target, first, last)
         if target is not out:
             out[:] = target
 

@@ -200,16 +200,14 @@ def by_columns(x: np.ndarray, products: Sequence[tuple[LinearMap, np.ndarray]]) 
     """Each ``out = linear(x)`` with the output columns shared among the threads, every thread's products over all
     the rows: for a few rows, where a share of the rows would be too few for the BLAS to run at speed. Each share
     goes in column blocks small enough for OpenBLAS's small-matrix kernel where numpy's BLAS has one
-    (``small_product_columns``: a packed map's widened chunks too); a packed map multiplied by cpu_packed's few-row
-    kernel takes its share in one call, since each call prepares x for the kernel."""
+    (``small_product_columns``). Packed maps take their whole share in one call: the few-row kernel widens each
+    weight once per call, and their widened chunks went at about half the speed in such small blocks
+    (bench/cpu_packed_products.py, 14-96 rows)."""
     width = products[0][1].shape[1]
     share = -(-width // CPU_THREADS)
     block = min(share, small_product_columns(len(x), x.shape[1]) or share)
     if any_packed(linear for linear, _ in products):
-        from omnid.engine import cpu_packed
-
-        if len(x) <= cpu_packed.FEW_ROWS:
-            block = share
+        block = share
 
     def columns(start: int, stop: int) -> None:
         for first in range(start, stop, block):
