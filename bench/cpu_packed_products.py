@@ -20,10 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import mlx.nn as nn  # noqa: E402
+import omnid  # noqa: E402,F401,I001  (OpenBLAS before mlx: MLX's CPU products otherwise take its reference BLAS)
+import mlx.nn as nn  # noqa: E402,I001
 import numpy as np  # noqa: E402
 
-import omnid  # noqa: E402,F401  (OpenBLAS before mlx)
 from omnid.engine import cpu_packed  # noqa: E402
 from omnid.engine.numpy_layers import LinearMap, by_columns, linear_map  # noqa: E402
 

@@ -20,13 +20,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import mlx.core as mx
-import mlx.nn as nn
-import numpy as np
-from mlx.utils import tree_flatten
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+import omnid  # noqa: E402,F401,I001  (OpenBLAS before mlx: MLX's CPU products otherwise take its reference BLAS)
+import mlx.core as mx  # noqa: E402,I001
+import mlx.nn as nn  # noqa: E402
+import numpy as np  # noqa: E402
+from mlx.utils import tree_flatten  # noqa: E402
+
 from omnid.config import load_config, model_folder  # noqa: E402
 from omnid.engine.whisper.checkpoint import build_model, load_checkpoint  # noqa: E402
 from omnid.engine.whisper.model import Whisper  # noqa: E402
@@ -131,7 +132,7 @@ def main() -> None:
         def decode_numpy() -> None:
             cross = wide.decoder.cross_kv(xa)
             _, caches = wide.decoder(prompt, None, kv_cache=cross)
-            row = wide.decoder.cpu_step.row([c[0] for c in caches], cross)
+            row = wide.decoder.cpu_step.row([c[0] for c in caches], [kv for _, kv in cross])
             token = 220
             for _ in range(30):
                 token = int(wide.decoder.cpu_step.step([token], [row])[0].argmax())
