@@ -56,6 +56,16 @@ omnid 0.84x transformers' speed at 30 s and 0.69x at 5 min (issue 45's target, 1
 its peak RSS. The bench does not split the time by stage; one-off profiling (not this bench's output) found
 omnid's encoder products near this VM's BLAS ceiling, as MKL's are, and its decode step quicker than torch's.
 An earlier version (MLX decode steps, numpy copies at load) measured 0.70x at 30 s with load 10.1 s.
+
+Why 1.5x cannot be had here in float32 (one-off timings on the same VM, 2026-12-07 session 15, not this bench's
+output): the 30 s input's encoder is 1.41 TFLOP of products (1.89 B weights x 375 frames x 2); numpy's OpenBLAS on
+both cores multiplies the encoder's shapes at 184-194 GFLOP/s (211 at 2048 cubed; torch's MKL 169-180), so the
+products alone take at least 7.3 s. Each of the 256 decode steps reads the decoder's 540 MB of float32 weights,
+about 32 ms at this VM's memory speed (measured: 32-34 ms a step), 8.2 s in all. That floor, 15.5 s, is past the
+12-13 s that 1.5x transformers' 17.9-19.4 s allows, before any attention, norm or front-end time (omnid's encoder
+took 10.8 s: 1.4 s of it attention, 0.7 s relative-position keys). Keeping a bfloat16 checkpoint's decoder weights
+at 16 bits (exact: every bfloat16 value is a float32) would halve the decode floor; a numba kernel for it measured
+52 ms a step against float32's 32 (widening, not reading, bound it), so it was not kept.
 """
 
 from __future__ import annotations
