@@ -4,9 +4,9 @@ MLX's CPU exp is a scalar loop (bench/sensevoice_speed.py measures the whole aga
 views of the MLX arrays; Metal keeps the MLX layers.
 
 A layer is two passes over its rows, shared among cpu_math's threads: each block gets its layer norm and the fused
-q/k/v product; then, with every row's keys and values, the attention (heads shared among the threads) and the FSMN
-memory of v; then each block its output product, the residual (none in encoders0, whose input is wider), and the
-feed-forward with its residual while the block is in cache.
+q/k/v product; then, with every row's keys and values, the attention (heads shared among the threads); then each
+block its output product, its rows of the FSMN memory of v, the residual (none in encoders0, whose input is
+wider), and the feed-forward with its residual while the block is in cache.
 """
 
 from __future__ import annotations
@@ -35,15 +35,19 @@ class CpuSanmLayer:
     w_1: Linear
     w_2: Linear
 
-    def memory(self, v: np.ndarray) -> np.ndarray:
-        """The FSMN memory of v (T, d): v plus its depthwise convolution over time, zero-padded."""
-        t, d = v.shape
-        kernel = self.fsmn.shape[1]
-        padded = np.zeros((t + kernel - 1, d), np.float32)
-        padded[self.left : self.left + t] = v
-        out = v.copy()
-        for j in range(kernel):
-            out += padded[j : j + t] * self.fsmn[:, j]
+    def memory(self, v: np.ndarray, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) of the FSMN memory of v (T, d): v plus its depthwise convolution over time, the frames
+        outside [0, T) zeros (skipped: adding nothing). A block's rows read ``left`` frames before it and
+        ``kernel - 1 - left`` after, so the blocks can be computed apart, on the threads, while in cache."""
+        t = len(v)
+        out = v[start:stop].copy()
+        term = scratch.get("sanm_fsmn", stop - start, self.d)
+        for j in range(self.fsmn.shape[1]):
+            first, last = start + j - self.left, stop + j - self.left  # the frames tap j reads for these rows
+            a, b = max(first, 0), min(last, t)
+            if a < b:
+                np.multiply(v[a:b], self.fsmn[:, j], out=term[: b - a])
+                out[a - first : b - first] += term[: b - a]
         return out
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
@@ -60,14 +64,14 @@ class CpuSanmLayer:
         blocks(projections, t)
         q, k, v = (qkv[:, i * d : (i + 1) * d].reshape(1, t, self.heads, -1) for i in range(3))
         att = head_attention_np(q, k, v, (d // self.heads) ** -0.5).reshape(t, d)
-        memory = self.memory(np.ascontiguousarray(qkv[:, 2 * d :]))
+        v = qkv[:, 2 * d :]
         y = x if self.residual else np.zeros((t, d), np.float32)
         inner = self.w_1.weight_t.shape[1]
 
         def rest(start: int, stop: int) -> None:
             n, block = stop - start, y[start:stop]
             block += self.out(att[start:stop], scratch.get("sanm_out", n, d))
-            block += memory[start:stop]
+            block += self.memory(v, start, stop)
             normed = scratch.get("sanm_normed2", n, d)
             normed[:] = block
             hidden = self.w_1(self.norm2(normed), scratch.get("sanm_hidden", n, inner))
