@@ -29,20 +29,23 @@ most frames, which costs a CTC decoder nothing more: the time is the front end a
     .venv/bin/python bench/sensevoice_speed.py                       # 60 s and 10 min, medians of 3
     .venv/bin/python bench/sensevoice_speed.py --runs 1 --inputs 60  # a first check
 
-Measured (full sweep, 454 s, 2026-12-07; this 2-core x86-64 VM, load average 1.0-1.9; mlx 0.32.4 with OpenBLAS
-0.3.21 SkylakeX and numpy's OpenBLAS 0.3.31, 2 threads; torch 2.13.0+cpu, 2 threads; medians of 3):
+Measured (2026-12-07, after the FSMN memory moved onto the threads; this 2-core x86-64 VM, load average 0.9-1.8;
+mlx 0.32.4 with OpenBLAS 0.3.21 SkylakeX and numpy's OpenBLAS 0.3.31, 2 threads; torch 2.13.0+cpu, 2 threads;
+medians of 3; ``--inputs 60`` and ``--inputs 600`` run apart, 94 s and 450 s):
 
     side     input  clips  load s  total s     RTF  VAD s  peak RSS MiB
-    omnid     60 s      3     2.4     5.40  0.0901   0.37          1859
-    funasr    60 s      3     2.5     3.39  0.0564      -          3189
-    whisper   60 s      3     0.8     4.16  0.0693      -           417
-    omnid    600 s     22     1.9    45.69  0.0761   2.73          1892
-    funasr   600 s     22     2.3    30.80  0.0513      -          3189
-    whisper  600 s     22     0.7    31.81  0.0530      -           470
+    omnid     60 s      3     2.4     4.79  0.0798   0.52          1859
+    funasr    60 s      3     2.9     3.80  0.0634      -          3189
+    omnid    600 s     22     2.1    48.61  0.0810   3.63          1892
+    funasr   600 s     22     3.5    39.16  0.0653      -          3189
+    whisper  600 s     22     0.7    39.74  0.0662      -           470
 
-omnid 0.63x funasr's speed at 60 s and 0.67x at 10 min (the 1.5x target is not met), in 0.58x its peak RSS; the
-ids of every clip agree. Both sides do the same float32 arithmetic on the same two cores; the bench does not split
-the time by stage. Whisper tiny.en's real-time factor on the same speech: 0.069 and 0.053.
+omnid 0.79x funasr's speed at 60 s and 0.81x at 10 min (the 1.5x target is not met), in 0.58-0.59x its peak RSS;
+the ids of every clip agree. The same 60 s run with the FSMN memory computed on one thread over the whole sequence
+(the change before): omnid 5.13 s, funasr 3.56 s, 0.69x. An earlier full sweep (before that change, a quieter
+machine: funasr 3.39 s and 30.8 s) measured 0.63x and 0.67x. Both sides do the same float32 arithmetic on the same
+two cores: 60 s is about 0.45 TFLOP of encoder products, which numpy's BLAS runs at 92-96 GFLOP/s a core at
+SAN-M's shapes, at least 2.3 s on both cores, about all that 1.5x funasr's time allows.
 """
 
 from __future__ import annotations
