@@ -207,6 +207,12 @@ def _on_pool_thread() -> bool:
     return threading.current_thread().name.startswith("cpu-math")
 
 
+def _granule(inputs: int) -> int:
+    """What a thread's share of the output rows is rounded to for an x of ``inputs`` rows: whole cache lines of the
+    output for the few-row kernels, whole chunks for the widened ones."""
+    return SHARE_ROWS if inputs <= FEW_ROWS else CHUNK_ROWS
+
+
 def _thread_share(rows: int, granule: int) -> int:
     """Each thread's share of ``rows`` output rows: an equal part, rounded up to whole ``granule``s."""
     part = -(-rows // CPU_THREADS)
@@ -263,9 +269,8 @@ class PackedLinear:
         """Output columns [start, stop) of x W^T (+ b) into ``out`` (n, stop - start), W's rows for them shared
         among the threads (on a pool thread: that thread alone)."""
         x = np.ascontiguousarray(x, dtype=np.float32)
-        few = len(x) <= FEW_ROWS
-        work = self._few if few else self._many
-        granule = SHARE_ROWS if few else CHUNK_ROWS
+        work = self._few if len(x) <= FEW_ROWS else self._many
+        granule = _granule(len(x))
         if _on_pool_thread() or stop - start <= granule:
             work(x, start, stop, out[:, : stop - start])
         else:
@@ -325,7 +330,7 @@ def joined_products(maps: Sequence[PackedLinear], x: np.ndarray) -> list[np.ndar
             if lo < hi:
                 m.columns(x, lo - int(start), hi - int(start), out[:, lo:hi])
 
-    granule = SHARE_ROWS if len(x) <= FEW_ROWS else CHUNK_ROWS
+    granule = _granule(len(x))
     if _on_pool_thread():
         work(0, out.shape[1])
     else:

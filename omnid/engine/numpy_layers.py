@@ -205,9 +205,8 @@ def by_columns(x: np.ndarray, products: Sequence[tuple[LinearMap, np.ndarray]]) 
     (bench/cpu_packed_products.py, 14-96 rows)."""
     width = products[0][1].shape[1]
     share = -(-width // CPU_THREADS)
-    block = min(share, small_product_columns(len(x), x.shape[1]) or share)
-    if any_packed(linear for linear, _ in products):
-        block = share
+    packed = any_packed(linear for linear, _ in products)
+    block = share if packed else min(share, small_product_columns(len(x), x.shape[1]) or share)
 
     def columns(start: int, stop: int) -> None:
         for first in range(start, stop, block):
