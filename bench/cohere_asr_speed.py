@@ -57,15 +57,14 @@ its peak RSS. The bench does not split the time by stage; one-off profiling (not
 omnid's encoder products near this VM's BLAS ceiling, as MKL's are, and its decode step quicker than torch's.
 An earlier version (MLX decode steps, numpy copies at load) measured 0.70x at 30 s with load 10.1 s.
 
-Why 1.5x cannot be had here in float32 (one-off timings on the same VM, 2026-12-07 session 15, not this bench's
-output): the 30 s input's encoder is 1.41 TFLOP of products (1.89 B weights x 375 frames x 2); numpy's OpenBLAS on
-both cores multiplies the encoder's shapes at 184-194 GFLOP/s (211 at 2048 cubed; torch's MKL 169-180), so the
-products alone take at least 7.3 s. Each of the 256 decode steps reads the decoder's 540 MB of float32 weights,
-about 32 ms at this VM's memory speed (measured: 32-34 ms a step), 8.2 s in all. That floor, 15.5 s, is past the
-12-13 s that 1.5x transformers' 17.9-19.4 s allows, before any attention, norm or front-end time (omnid's encoder
-took 10.8 s: 1.4 s of it attention, 0.7 s relative-position keys). Keeping a bfloat16 checkpoint's decoder weights
-at 16 bits (exact: every bfloat16 value is a float32) would halve the decode floor; a numba kernel for it measured
-52 ms a step against float32's 32 (widening, not reading, bound it), so it was not kept.
+Why 1.5x cannot be had here in float32: each omnid measurement also prints its encoder's time and the float32 floor
+(float32_floor: the encoder layers' products at this machine's measured BLAS speed, plus each token's read of the
+decoder's weights at its measured memory speed) beside what 1.5x transformers' total allows. ``--runs 3 --inputs
+30`` (2026-12-07, session 15, load average 1.3-1.9): omnid 19.7 s, transformers 19.5 s (0.99x); omnid's encoder
+11.0 s (375 frames; products at least 7.4 s at 192 GFLOP/s), the rest 8.7 s for 256 tokens (34 ms a token; the
+decoder's 577 MiB read at least 29 ms at 21.1 GB/s); float32 floor 14.7 s against the 13.0 s that 1.5x allows.
+Keeping a bfloat16 checkpoint's decoder weights at 16 bits (exact: every bfloat16 value is a float32) would halve
+the decode floor; a numba kernel for it was tried and measured slower than float32's step, so it was not kept.
 """
 
 from __future__ import annotations
@@ -119,6 +118,16 @@ def worker_omnid(work: Path, name: str) -> dict:
         return gens
 
     engine.decode_chunks = counted
+    encode, stage = engine.model.encode, {"encode_s": 0.0, "frames": 0}
+
+    def timed_encode(*args, **kwargs):  # type: ignore[no-untyped-def]
+        started = time.perf_counter()
+        out = encode(*args, **kwargs)
+        stage["encode_s"] += time.perf_counter() - started
+        stage["frames"] += out.shape[1]
+        return out
+
+    engine.model.encode = timed_encode
     audio = np.load(work / f"audio_{name}s.npy")
     assert audio.dtype == np.float32, audio.dtype
     started = time.perf_counter()
@@ -126,11 +135,51 @@ def worker_omnid(work: Path, name: str) -> dict:
     total_s = time.perf_counter() - started
     assert transcript.generated_tokens == sum(per_chunk), (transcript.generated_tokens, per_chunk)
     seconds = len(audio) / 16000
-    return {"input": name, "audio_s": seconds, "chunks": len(per_chunk), "import_s": import_s, "load_s": load_s,
-            "total_s": total_s, "rtf": total_s / seconds,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "mlx_peak_mib": mx.get_peak_memory() / 2**20, "tokens": sum(per_chunk), "tokens_per_chunk": per_chunk,
-            "finish": transcript.finish_reason, "text_chars": len(transcript.text)}
+    row = {**stage, "input": name, "audio_s": seconds, "chunks": len(per_chunk), "import_s": import_s,
+           "load_s": load_s, "total_s": total_s, "rtf": total_s / seconds,
+           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           "mlx_peak_mib": mx.get_peak_memory() / 2**20, "tokens": sum(per_chunk), "tokens_per_chunk": per_chunk,
+           "finish": transcript.finish_reason, "text_chars": len(transcript.text)}
+    return {**row, **float32_floor(engine)}  # after the peak RSS: its test matrices are not the transcription's
+
+
+def float32_floor(engine: object) -> dict:
+    """What float32 arithmetic costs at least on this machine, measured in the worker after its transcription: the
+    encoder layers' matrices (their multiply-adds per frame) and the BLAS's speed at their shapes over 375 rows
+    (numpy's OpenBLAS on every core, as omnid calls it; best shape, median of 7); the decoder's bytes (read by every
+    decode step, but for the token and position tables it looks one row up in) and the speed a matrix-vector
+    product over 512 MB of float32 reads memory at."""
+    import mlx.core as mx
+    import numpy as np
+    from mlx.utils import tree_flatten
+
+    model = engine.model  # type: ignore[attr-defined]
+    matrices = [v for k, v in tree_flatten(model.encoder.parameters()) if k.startswith("layers.")
+                and k.endswith("weight") and (v.ndim == 2 or (v.ndim == 3 and v.shape[1] == 1))]
+    encoder_weights = sum(v.size for v in matrices)
+    decoder = [*tree_flatten(model.decoder.transf_decoder.parameters()), *tree_flatten(model.decoder.log_softmax.parameters())]
+    decoder_bytes = sum(v.nbytes for k, v in decoder if "embedding" not in k)  # a step looks up one row of the tables
+    rng = np.random.default_rng(0)
+
+    def median_s(f) -> float:  # type: ignore[no-untyped-def]
+        f()
+        times = []
+        for _ in range(7):
+            started = time.perf_counter()
+            f()
+            times.append(time.perf_counter() - started)
+        return sorted(times)[3]
+
+    shapes = sorted({tuple(v.shape[-1:] + v.shape[:1]) for v in matrices})
+    gflops = 0.0
+    for k, n in shapes:
+        x, w = (rng.standard_normal(s).astype(np.float32) for s in ((375, k), (k, n)))
+        gflops = max(gflops, 2 * 375 * k * n / median_s(lambda: x @ w) / 1e9)  # noqa: B023
+    big, vec = rng.standard_normal((16384, 8192)).astype(np.float32), rng.standard_normal(8192).astype(np.float32)
+    read_gbs = big.nbytes / median_s(lambda: big @ vec) / 1e9
+    mx.clear_cache()
+    return {"encoder_weights": encoder_weights, "blas_gflops": gflops, "decoder_bytes": decoder_bytes,
+            "read_gbs": read_gbs}
 
 
 # --- the parent ----------------------------------------------------------------------------------------------------
@@ -174,6 +223,7 @@ def table(rows: list[dict], inputs: list[str]) -> None:
             print(f"{name} s: omnid {speed:.2f}x transformers' speed (total; target >= 1.5x: "
                   f"{'met' if speed >= 1.5 else 'NOT met'}), load {t['load_s'] / o['load_s']:.2f}x, "
                   f"peak RSS {rss:.2f}x transformers' ({'no higher' if rss <= 1 else 'HIGHER'})")
+            floor(rows, name, t["total_s"])
         budgets = {(r["side"], tuple(r["tokens_per_chunk"])) for r in rows if r["input"] == name}
         full = all(all(n == MAX_NEW_TOKENS for n in c) for _, c in budgets)
         same = len({c for _, c in budgets}) == 1
@@ -182,6 +232,22 @@ def table(rows: list[dict], inputs: list[str]) -> None:
         else:
             print(f"{name} s: tokens per chunk DIFFER from the {MAX_NEW_TOKENS}-token budget or between the sides: "
                   + "; ".join(f"{s} {list(c)}" for s, c in sorted(budgets)))
+
+
+def floor(rows: list[dict], name: str, torch_total_s: float) -> None:
+    """omnid's stages beside the float32 floor (float32_floor) and what 1.5x transformers' total allows."""
+    _, m = medians(rows, "omnid", name, ("encode_s", "total_s", "blas_gflops", "read_gbs", "tokens"))
+    one = next(r for r in rows if r["side"] == "omnid" and r["input"] == name)
+    products_s = 2 * one["encoder_weights"] * one["frames"] / (m["blas_gflops"] * 1e9)
+    step_ms = one["decoder_bytes"] / (m["read_gbs"] * 1e9) * 1e3
+    decode_s = m["total_s"] - m["encode_s"]
+    print(f"{name} s: omnid's encoder {m['encode_s']:.1f} s ({one['frames']} frames; its products at least "
+          f"{products_s:.1f} s at {m['blas_gflops']:.0f} GFLOP/s), the rest {decode_s:.1f} s for {m['tokens']:.0f} "
+          f"tokens ({decode_s / m['tokens'] * 1e3:.0f} ms a token; reading the decoder's "
+          f"{one['decoder_bytes'] / 2**20:.0f} MiB at least {step_ms:.0f} ms at {m['read_gbs']:.1f} GB/s)")
+    least = products_s + m["tokens"] * step_ms / 1e3
+    print(f"{name} s: float32 floor {least:.1f} s against the {torch_total_s / 1.5:.1f} s that 1.5x transformers' "
+          f"{torch_total_s:.1f} s allows ({'within reach' if least < torch_total_s / 1.5 else 'OUT OF REACH'})")
 
 
 def main() -> None:
