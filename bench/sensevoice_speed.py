@@ -44,8 +44,8 @@ omnid 0.79x funasr's speed at 60 s and 0.81x at 10 min (the 1.5x target is not m
 the ids of every clip agree. The same 60 s run with the FSMN memory computed on one thread over the whole sequence
 (the change before): omnid 5.13 s, funasr 3.56 s, 0.69x. An earlier full sweep (before that change, a quieter
 machine: funasr 3.39 s and 30.8 s) measured 0.63x and 0.67x. Both sides do the same float32 arithmetic on the same
-two cores: 60 s is about 0.45 TFLOP of encoder products, which numpy's BLAS runs at 92-96 GFLOP/s a core at
-SAN-M's shapes, at least 2.3 s on both cores, about all that 1.5x funasr's time allows.
+two cores: 60 s is about 0.45 TFLOP of encoder products, at least 2.3 s at the 192 GFLOP/s this machine's BLAS
+reached on both cores at Cohere's wider shapes (bench/cohere_asr_speed.py), about all that 1.5x funasr's time allows.
 """
 
 from __future__ import annotations

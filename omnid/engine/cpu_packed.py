@@ -86,8 +86,8 @@ def _row_product(packed, scales, biases, bits, even, odd, sums, out, first, last
     """The few-row kernel's product for one row x (a decode step): out[o - first] = x . W[o] for output rows o in
     [first, last), each packed row's groups multiplied as they are read, the scale and bias applied to each group's
     sum (``sums``: x's sum over each group). 4 bits: ``even`` / ``odd`` are x's even and odd inputs (the low and
-    high nibbles' partners); 8 bits: ``even`` is x (``odd`` unused). For one row this is about a fifth quicker than
-    widening the rows first (the tiles below), which pays a store and a load per weight that one row cannot share."""
+    high nibbles' partners); 8 bits: ``even`` is x (``odd`` unused). One row does not need the tiles below, which
+    pay a store and a load per weight to share each widened weight among x's rows."""
     groups = scales.shape[1]
     size = packed.shape[1] // groups  # bytes of one group of one row
     for o in range(first, last):
