@@ -150,8 +150,9 @@ def float32_floor(engine: object) -> dict:
     decode step, but for the token and position tables it looks one row up in) and the speed a matrix-vector
     product over 512 MB of float32 reads memory at."""
     import mlx.core as mx
-    import numpy as np
     from mlx.utils import tree_flatten
+
+    from bench.float32_floor import blas_gflops, read_gbs
 
     model = engine.model  # type: ignore[attr-defined]
     matrices = [v for k, v in tree_flatten(model.encoder.parameters()) if k.startswith("layers.")
@@ -159,27 +160,11 @@ def float32_floor(engine: object) -> dict:
     encoder_weights = sum(v.size for v in matrices)
     decoder = [*tree_flatten(model.decoder.transf_decoder.parameters()), *tree_flatten(model.decoder.log_softmax.parameters())]
     decoder_bytes = sum(v.nbytes for k, v in decoder if "embedding" not in k)  # a step looks up one row of the tables
-    rng = np.random.default_rng(0)
-
-    def median_s(f) -> float:  # type: ignore[no-untyped-def]
-        f()
-        times = []
-        for _ in range(7):
-            started = time.perf_counter()
-            f()
-            times.append(time.perf_counter() - started)
-        return sorted(times)[3]
-
-    shapes = sorted({tuple(v.shape[-1:] + v.shape[:1]) for v in matrices})
-    gflops = 0.0
-    for k, n in shapes:
-        x, w = (rng.standard_normal(s).astype(np.float32) for s in ((375, k), (k, n)))
-        gflops = max(gflops, 2 * 375 * k * n / median_s(lambda: x @ w) / 1e9)  # noqa: B023
-    big, vec = rng.standard_normal((16384, 8192)).astype(np.float32), rng.standard_normal(8192).astype(np.float32)
-    read_gbs = big.nbytes / median_s(lambda: big @ vec) / 1e9
+    gflops = blas_gflops((tuple(v.shape[-1:] + v.shape[:1]) for v in matrices), 375)
+    read = read_gbs()
     mx.clear_cache()
     return {"encoder_weights": encoder_weights, "blas_gflops": gflops, "decoder_bytes": decoder_bytes,
-            "read_gbs": read_gbs}
+            "read_gbs": read}
 
 
 # --- the parent ----------------------------------------------------------------------------------------------------

@@ -7,6 +7,11 @@ sequences, a streaming chunk of 14 frames, a short prompt or window). Random wei
 4 and 8 bits at group 64; medians of 11 rounds, the three ways alternating within each. What it printed decides
 cpu_packed.FEW_ROWS.
 
+Then single maps as a decode step calls them (one row, each map on its own: engine/cpu_cross_decoder.py): each shape
+twelve times over (more than the caches hold; the last, a 16384-piece vocabulary's head), float32 (the BLAS's
+threads) against the packed map on the calling thread and shared among the pool's threads (numpy's BLAS held to
+one thread around the step, as the step holds it). What it printed decides cpu_packed.INLINE_BYTES.
+
     .venv/bin/python bench/cpu_packed_products.py
 """
 
@@ -25,9 +30,10 @@ import mlx.nn as nn  # noqa: E402,I001
 import numpy as np  # noqa: E402
 
 from omnid.engine import cpu_packed  # noqa: E402
+from omnid.engine.cpu_math import numpy_blas_single_threaded  # noqa: E402
 from omnid.engine.numpy_layers import LinearMap, by_columns, linear_map  # noqa: E402
 
-WIDTH, FEED_FORWARD = 1024, 4096
+WIDTH, FEED_FORWARD, HEAD = 1024, 4096, 16384
 # One FastConformer/transformer layer's products: q, k, v, o, the position projection, two feed-forwards.
 SHAPES = [(WIDTH, WIDTH)] * 5 + [(WIDTH, FEED_FORWARD), (FEED_FORWARD, WIDTH)] * 2
 ROUNDS = 11
@@ -49,7 +55,7 @@ def main() -> None:
     print(f"cpu_packed.FEW_ROWS = {chosen}: the kernel up to that many rows, the widened chunks past it")
     for bits in (8, 4):
         packed = [linear_map(nn.QuantizedLinear.from_linear(m, group_size=64, bits=bits)) for m in layers]
-        for rows in (1, 2, 4, 7, 14, 32, 48, 64, 128):
+        for rows in (1, 2, 4, 7, 14, 20, 24, 32, 48, 64, 128):
             x = {n: rng.standard_normal((rows, n)).astype(np.float32) for n in (WIDTH, FEED_FORWARD)}
             times: dict[str, list[float]] = {"float32": [], "kernel": [], "widened chunks": []}
             for _ in range(ROUNDS):
@@ -59,10 +65,46 @@ def main() -> None:
                 cpu_packed.FEW_ROWS = 0
                 times["widened chunks"].append(step(packed, x))
                 cpu_packed.FEW_ROWS = chosen
-            base = statistics.median(times["float32"])
-            cells = ", ".join(f"{k} {statistics.median(v) * 1e3:5.1f} ms ({statistics.median(v) / base:.2f}x)"
-                              for k, v in times.items())
-            print(f"{bits}-bit, {rows} row(s): {cells}")
+            print(f"{bits}-bit, {rows} row(s): {against_float32(times)}")
+    single_maps(rng)
+
+
+def single_maps(rng: np.random.Generator) -> None:
+    chosen = cpu_packed.INLINE_BYTES
+    print(f"\ncpu_packed.INLINE_BYTES = {chosen >> 20} MiB: a few-row product whose rows times packed bytes come under "
+          "it runs on the calling thread")
+    for shape in ((WIDTH, WIDTH), (WIDTH, FEED_FORWARD), (FEED_FORWARD, WIDTH), (WIDTH, HEAD)):
+        layers = [nn.Linear(*shape) for _ in range(12)]
+        floats = [linear_map(m) for m in layers]
+        x = rng.standard_normal((1, shape[0])).astype(np.float32)
+        for bits in (8, 4):
+            packed = [linear_map(nn.QuantizedLinear.from_linear(m, group_size=64, bits=bits)) for m in layers]
+            times: dict[str, list[float]] = {"float32": [], "packed, caller's thread": [], "packed, shared": []}
+            for _ in range(ROUNDS):
+                times["float32"].append(each(floats, x))
+                with numpy_blas_single_threaded():
+                    cpu_packed.INLINE_BYTES = 1 << 40
+                    times["packed, caller's thread"].append(each(packed, x))
+                    cpu_packed.INLINE_BYTES = 0
+                    times["packed, shared"].append(each(packed, x))
+                cpu_packed.INLINE_BYTES = chosen
+            size = shape[0] * shape[1] * bits / 8 / (1 << 20)
+            print(f"{shape[0]}x{shape[1]} {bits}-bit ({size:.1f} MiB packed), a map: "
+                  f"{against_float32(times, len(layers))}")
+
+
+def against_float32(times: dict[str, list[float]], per: int = 1) -> str:
+    """Each way's median (divided by ``per``: the maps a round went through) and its ratio to float32's."""
+    base = statistics.median(times["float32"])
+    return ", ".join(f"{k} {statistics.median(v) * 1e3 / per:5.2f} ms ({statistics.median(v) / base:.2f}x)"
+                     for k, v in times.items())
+
+
+def each(maps: list[LinearMap], x: np.ndarray) -> float:
+    start = time.perf_counter()
+    for m in maps:
+        m(x)
+    return time.perf_counter() - start
 
 
 if __name__ == "__main__":

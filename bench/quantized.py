@@ -45,13 +45,14 @@ blank calibration and ``max_symbols``.
 
 Choices: ``default`` is what the daemon runs on this CPU (quantized folders widened to float32 at load for the numpy
 paths, except 4- and 8-bit affine modules that a numpy path multiplies packed, omnid/engine/cpu_packed.py: Qwen3's
-decoder, Parakeet's and Nemotron's encoder layers). Where the engine offers the other choice for a quantized folder
-it is measured too (unless ``--default-only``): ``packed`` (Whisper's ``keep_quantized`` weights in MLX's quantized
-layers: the encoder's blocks and a plain greedy decode in MLX, since omnid's CPU paths read float weights;
-Parakeet's and Nemotron's ``keep_quantized``: every module their converter packed kept so, the numpy layers widening
-those cpu_packed does not multiply, and Nemotron's subsampling and prompt in MLX's quantized layers) and ``mlx``
-(Qwen3's MLX decoder over the packed modules, Metal's path).
-A cell that fails (a folder the loader refuses) prints its error in the table.
+decoder, Parakeet's and Nemotron's encoder layers, Cohere's encoder layers and its 8-bit decoder). Cohere's passes are also
+shown split into the encoder and the rest (features and decoding), each against float32's. Where the engine offers
+the other choice for a quantized folder it is measured too (unless ``--default-only``): ``packed`` (Whisper's
+``keep_quantized`` weights in MLX's quantized layers: the encoder's blocks and a plain greedy decode in MLX, since
+omnid's CPU paths read float weights; Parakeet's and Nemotron's ``keep_quantized``: every module their converter
+packed kept so, the numpy layers widening those cpu_packed does not multiply, and Nemotron's subsampling and prompt
+in MLX's quantized layers) and ``mlx`` (Qwen3's MLX decoder over the packed modules, Metal's path). A cell that fails
+(a folder the loader refuses) prints its error in the table.
 
 The table: medians of the runs, and each quantized or float16 row's ratio to the float32 row of its kind (the
 daemon's path), measured in the same run, beside the share of the timed pass in which the machine's CPUs were
@@ -536,17 +537,41 @@ def worker(kind: str, folder: Path, choice: str, quick: bool) -> dict:
         return {"error": f"{type(e).__name__}: {e}"}
     load_s = time.perf_counter() - started
     result = {"load_s": load_s, "rss_load_mb": rss_mb(), "peak_load_mb": peak_mb(), "rss_before_mb": before}
+    encoding = split_encoder(kind, engine)
     try:
         run_once(kind, engine, items[0][0][:16000], items[0][1], warmup=True)
+        encoding.clear()
         stalled, started = cpu_stall_s(), time.perf_counter()
         sizes = [run_once(kind, engine, audio, text) for audio, text in items]
         compute_s = time.perf_counter() - started
         result["cpu_wait"] = (cpu_stall_s() - stalled) / compute_s
+        if encoding:
+            result["encode_s"] = sum(encoding)
     except Exception as e:  # noqa: BLE001  (a path that cannot compute is a cell's result, not the bench's end)
         return {**result, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
     audio_s = sum(len(a) for a, _ in items) / 16000
     return {**result, "compute_s": compute_s, "audio_s": audio_s, "rtf": compute_s / audio_s, "peak_mb": peak_mb(),
             "outputs": sizes}
+
+
+def split_encoder(kind: str, engine: Any) -> list[float]:
+    """Cohere's encoder passes timed apart (the list fills as they run): its decoder, packed on the CPU, is what a
+    quantized folder speeds up; the encoder's products over a clip's frames run at the BLAS's full speed in float32,
+    which a packed product (widened before the BLAS) cannot beat."""
+    times: list[float] = []
+    if kind != "cohere_asr" or not hasattr(engine, "model"):
+        return times
+    encode = engine.model.encode
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return encode(*args, **kwargs)
+        finally:
+            times.append(time.perf_counter() - started)
+
+    engine.model.encode = timed
+    return times
 
 
 def spawn(args: list[str], timeout: float) -> dict:
@@ -602,7 +627,9 @@ def describe(kind: str, variant: str, choice: str) -> str:
         return "MLX packed decoder"
     if kind in ("qwen3_asr", "qwen3_aligner"):
         return "numpy decoder, packed" if variant.startswith("q") else "numpy decoder"
-    if kind in ("parakeet", "nemotron", "cohere_asr") and variant.startswith("q"):
+    if kind == "cohere_asr" and variant == "q8":
+        return "encoder layers, decoder packed"
+    if kind in ("parakeet", "nemotron") and variant.startswith("q"):
         return "encoder layers packed"
     if kind.startswith("whisper") and variant.startswith("q"):
         return "encoder, tokens packed" if kind == "whisper_small" else "tokens packed, rest wide"
@@ -638,6 +665,21 @@ def table(results: dict[tuple[str, str, str], list[dict]], runs: int) -> None:
             line += "   " + " / ".join(f"{c / r:.2f}x" if r else "-" for c, r in zip(cells, ref))
         if errors:
             line += f"   ({len(errors)} of {len(rows)} runs failed: {errors[0]})"
+        print(line)
+    split = [(key, rows) for key, rows in results.items() if any("encode_s" in r for r in rows)]
+    if split:
+        print("\nthe same passes split (medians): encoder, and the rest (features and decoding), seconds per second "
+              "of audio")
+    for (kind, variant, choice), rows in split:
+        good = [r for r in rows if "encode_s" in r]
+        encoder = statistics.median(r["encode_s"] / r["audio_s"] for r in good)
+        rest = statistics.median((r["compute_s"] - r["encode_s"]) / r["audio_s"] for r in good)
+        line = f"{kind:<14}{variant:<11}{describe(kind, variant, choice):<31}encoder {encoder:.3f}, rest {rest:.3f}"
+        base = [r for r in results.get((kind, "float32", "default"), []) if "encode_s" in r]
+        if base and (variant != "float32" or choice != "default"):
+            ref_encoder = statistics.median(r["encode_s"] / r["audio_s"] for r in base)
+            ref_rest = statistics.median((r["compute_s"] - r["encode_s"]) / r["audio_s"] for r in base)
+            line += f"   vs float32: {encoder / ref_encoder:.2f}x, {rest / ref_rest:.2f}x"
         print(line)
 
 

@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -114,10 +115,20 @@ def worker(work: Path, name: str, side: str) -> dict:
             return out
 
         engine.decode = counted
+        frames: list[int] = []
+        encode = engine.model.encode
+
+        def framed(features, *args, **kwargs):  # type: ignore[no-untyped-def]
+            out = encode(features, *args, **kwargs)
+            frames.append(out.shape[-2])  # the query rows and the stacked frames, as the encoder takes them
+            return out
+
+        engine.model.encode = framed
         started = time.perf_counter()
         engine.transcribe_clips(audio, clips, TranscribeOptions())
         total_s = time.perf_counter() - started
         _, vad_s = silero_clips(audio)
+        floor = float32_floor(engine.model, sum(frames))
     else:
         from omnid.config import load_config
         from omnid.runtime.models import loader
@@ -129,8 +140,26 @@ def worker(work: Path, name: str, side: str) -> dict:
         started = time.perf_counter()
         engine.transcribe(audio, TranscribeOptions(language="en", fallback=False))
         total_s = time.perf_counter() - started
+        floor = {}
     return result(name, len(audio) / 16000, load_s, total_s, clips=len(clips), import_s=import_s, vad_s=vad_s,
-                  mlx_peak_mib=mx.get_peak_memory() / 2**20, ids_per_clip=ids)
+                  mlx_peak_mib=mx.get_peak_memory() / 2**20, ids_per_clip=ids, **floor)
+
+
+def float32_floor(model: object, frames: int) -> dict:
+    """The least time float32 products take for this input here: every matrix of the encoder and the CTC head
+    (2-D weights, each multiplied once per frame) over the frames the clips gave, at the best speed numpy's BLAS
+    reaches at their shapes (bench/float32_floor.py; after the transcription, so the peak RSS is the model's). The
+    attention's scores, the FSMN memory, the front end and the norms come on top."""
+    from mlx.utils import tree_flatten
+
+    from bench.float32_floor import blas_gflops
+
+    matrices = [v for _, v in tree_flatten(model.parameters()) if v.ndim == 2 and v.shape[0] > 8]  # type: ignore[attr-defined]
+    matrices = [v for v in matrices if v.shape[0] != 16 or v.shape[1] < 16]  # not the query embeddings' table
+    weights = sum(v.size for v in matrices)
+    gflops = blas_gflops(((v.shape[1], v.shape[0]) for v in matrices), 1000)
+    return {"frames": frames, "matrix_weights": weights, "blas_gflops": gflops,
+            "products_s": 2 * weights * frames / (gflops * 1e9)}
 
 
 def measure(side: str, name: str, args: argparse.Namespace) -> dict:
@@ -163,6 +192,15 @@ def table(rows: list[dict], inputs: list[str]) -> None:
             print(f"{name} s: omnid {speed:.2f}x funasr's speed (target >= 1.5x: {'met' if speed >= 1.5 else 'NOT met'}); "
                   f"{with_vad:.2f}x counting omnid's Silero pass; peak RSS {o['peak_rss_mib'] / t['peak_rss_mib']:.2f}x "
                   "funasr's")
+            floored = [r for r in rows if r["side"] == "omnid" and r["input"] == name and "products_s" in r]
+            if floored:
+                least = statistics.median(r["products_s"] for r in floored)
+                one = floored[0]
+                print(f"{name} s: float32 floor {least:.2f} s (the encoder's and CTC head's {one['matrix_weights'] / 1e6:.0f} M "
+                      f"weights over {one['frames']} frames at {statistics.median(r['blas_gflops'] for r in floored):.0f} "
+                      f"GFLOP/s, products alone) against the {t['total_s'] / 1.5:.2f} s that 1.5x funasr's "
+                      f"{t['total_s']:.2f} s allows ({'within reach' if least < t['total_s'] / 1.5 else 'OUT OF REACH'}; "
+                      f"omnid's total {o['total_s']:.2f} s, funasr's {t['total_s']:.2f} s)")
         if ("whisper", name) in med and ("omnid", name) in med:
             print(f"{name} s: real-time factor SenseVoice {med['omnid', name]['rtf']:.4f}, Whisper tiny.en "
                   f"{med['whisper', name]['rtf']:.4f} (omnid, same speech)")

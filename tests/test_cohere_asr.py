@@ -147,6 +147,32 @@ def test_the_numpy_step_and_the_mlx_decoder_give_the_same_tokens(case: str, monk
         assert e.model.generate(encoded, prompt, meta()["max_new_tokens"]).tokens == golden_ids(ch)
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_the_numpy_prompt_and_cross_attention_give_the_mlx_decoders_logits(case: str) -> None:
+    """A packed decoder's path on the CPU (its prompt through the numpy step's ``prefill``, its cross-attention keys
+    and values by numpy maps), run here over float weights: the prompt's logits and each later step's agree with the
+    MLX decoder's, and its greedy tokens are transformers' ids."""
+    e, c = engine(), meta()["cases"][case]
+    prompt = e.prompt(c["language"], c["punctuation"])
+    ch = c["chunks"][0]
+    encoded = e.model.encode(e.model.features(audio(case)[ch["samples"][0] : ch["samples"][1]]))
+    step, caches = e.model.cpu_step, e.model.decoder.caches(encoded)
+    assert step is not None
+    row = step.start(e.model.cross_maps(encoded))
+    for (k, v), layer_cache in zip(row.cross, caches, strict=True):
+        assert np.abs(k - np.array(layer_cache.cross_keys[0])).max() <= 1e-4
+        assert np.abs(v - np.array(layer_cache.cross_values[0])).max() <= 1e-4
+    ours = step.prefill(prompt, row)
+    assert row.length == len(prompt)
+    assert np.abs(ours - np.array(e.model.decoder.logits(prompt, 0, caches))).max() <= 1e-3
+    tokens = [int(np.argmax(ours))]
+    for position in range(len(prompt), len(prompt) + len(golden_ids(ch)) - 1):
+        logits = step.step([tokens[-1]], [row])[0]
+        assert np.abs(logits - np.array(e.model.decoder.logits([tokens[-1]], position, caches))).max() <= 1e-3
+        tokens.append(int(np.argmax(logits)))
+    assert tokens == golden_ids(ch)
+
+
 def test_the_section_default_budget_and_punctuation_are_the_model_cards() -> None:
     """Without a request's budget each chunk gets 256 tokens (the model card's max_new_tokens); without a request's
     punctuation the section's (default on) picks the prompt."""
@@ -363,24 +389,28 @@ def test_mlx_audio_float16_folder_decodes_as_transformers_does(tmp_path: Path) -
 @pytest.mark.parametrize("packed", [False, True, None])
 def test_mlx_audio_quantized_folder_decodes_as_mlx_audio_does(tmp_path: Path, packed: bool | None) -> None:
     """An 8-bit folder (group 32: the modules whose input width it divides), widened at load, kept packed (Metal's
-    choice: MLX's quantized layers), or as MLX's CPU device takes it by default (the encoder layers kept packed for
-    its numpy layers, cpu_packed.py; the rest widened, the numpy decoder): the encoder output within 1e-5 of
-    mlx-audio's own model on the same folder (upcast to float32 as omnid computes it), and its greedy tokens."""
+    choice: MLX's quantized layers; on this CPU the numpy layers multiply them packed), or as MLX's CPU device takes
+    it by default (the encoder layers and the decoder kept packed for the numpy layers, cpu_packed.py, the decoder's
+    prompt and cross-attention in numpy too; the rest widened): the encoder output within 1e-5 of mlx-audio's own
+    model on the same folder (upcast to float32 as omnid computes it), and its greedy tokens."""
     folder = convert(tmp_path / "q8", quantize=True, q_bits=8, q_group_size=32)
     config = json.loads((folder / "config.json").read_text())
     assert config["quantization"]["bits"] == 8
     e = CohereAsrEngine("q8", folder, keep_quantized=packed)
     packable = set(checkpoint.load(folder, None, True).quantized)
     # The CPU's default keeps the encoder layers' packed Linears (none in this tiny model: no width of its layers
-    # divides by the group size; test_nemo_mlx_audio_quantized.py covers those) and widens the rest.
-    kept = {name for name in packable if name.startswith("encoder.layers.")} if packed is None else (
+    # divides by the group size; test_nemo_mlx_audio_quantized.py covers those) and, at 8 bits, the decoder's, and
+    # widens the rest (the encoder's other modules).
+    kept = {name for name in packable if not name.startswith("encoder.")} if packed is None else (
         packable if packed else set())
+    assert kept or not packed
     assert packable and e.quantized == bool(kept) and e.layout == "mlx"
     assert {f"{part}.{name}" for part in ("encoder", "decoder") for name, m in getattr(e.model, part).named_modules()
             if isinstance(m, nn.QuantizedLinear | nn.QuantizedEmbedding)} == {
         n.replace("transf_decoder.", "decoder.transf_decoder.") for n in kept}
     if packed is None:
-        assert e.model.cpu_step is not None  # the numpy decoder over widened weights
+        assert any(name.startswith("transf_decoder.decoder.layers.") for name in kept)
+        assert e.model.cpu_step is not None and e.model.decoder.packed  # the numpy decoder over packed weights
     model = mlx_audio_model(folder)
     case = CASES[0]
     mel = e.model.features(audio(case))
@@ -401,6 +431,20 @@ def test_mlx_audio_quantized_folder_decodes_as_mlx_audio_does(tmp_path: Path, pa
         tokens.append(token)
         ids = [token]
     assert e.model.generate(ours, prompt, len(tokens)).tokens == tokens
+
+
+def test_a_4_bit_folders_decoder_is_widened_on_the_cpu(tmp_path: Path) -> None:
+    """At 4 bits the CPU's default widens the decoder at load (its packed one-row products are the slower there,
+    bench/quantized.py): no decoder module stays quantized, the numpy step reads float weights, and the text is the
+    folder's widened everywhere."""
+    folder = convert(tmp_path / "q4", quantize=True, q_bits=4, q_group_size=32)
+    packable = set(checkpoint.load(folder, None, True).quantized)
+    assert any(name.startswith("transf_decoder.") for name in packable)
+    e = CohereAsrEngine("q4", folder)
+    assert not any(isinstance(m, nn.QuantizedLinear | nn.QuantizedEmbedding) for _, m in e.model.decoder.named_modules())
+    assert e.model.cpu_step is not None and not e.model.decoder.packed
+    widened = CohereAsrEngine("q4 widened", folder, keep_quantized=False)
+    assert e.transcribe(audio(CASES[0]), opts(CASES[0])).text == widened.transcribe(audio(CASES[0]), opts(CASES[0])).text
 
 
 def mlx_audio_model(folder: Path):  # noqa: ANN201  (mlx-audio's own Model)

@@ -10,6 +10,7 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
+from omnid.engine import cpu_packed
 from omnid.engine.cpu_packed import CHUNK_ROWS, FEW_ROWS, PackedLinear, packable
 from omnid.engine.numpy_layers import Joined, Linear, QuantizedRows, by_columns, linear_map
 
@@ -97,6 +98,20 @@ def test_any_column_share_is_the_product() -> None:
         part = np.empty((rows, 54), np.float32)
         packed.columns(x, 10, 64, part)
         _close(part, want[:, 10:64])
+
+
+@pytest.mark.parametrize("inline_bytes", [0, 1 << 40])
+def test_a_few_rows_product_is_the_same_shared_among_threads_or_on_the_callers(
+        inline_bytes: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below INLINE_BYTES a few-row product runs on the calling thread, above it in shares on the pool's threads:
+    either way MLX's product."""
+    monkeypatch.setattr(cpu_packed, "INLINE_BYTES", inline_bytes)
+    for bits in (4, 8):
+        layer = _quantized(256, 333, bits, 64, True)
+        packed = linear_map(layer)
+        for rows in (1, 4):
+            x = RNG.standard_normal((rows, 256)).astype(np.float32)
+            _close(packed(x), np.array(layer(mx.array(x))))
 
 
 @pytest.mark.parametrize(("mode", "bits", "group"), [("affine", 6, 64), ("affine", 2, 64), ("mxfp4", 4, 32),

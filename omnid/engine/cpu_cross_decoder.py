@@ -12,7 +12,10 @@ Each sequence keeps its own caches (``Row``): self-attention keys and values in 
 length, filled as it goes, and its cross-attention keys and values as numpy views of MLX arrays. Attention runs row
 by row over exactly that row's positions, so rows of different lengths and inputs need no padding or masks; the
 products of every layer's linear maps take all rows at once. A prompt's forward pass stays in the kind's MLX model
-(its caches become a Row); Metal keeps the MLX decoders.
+(its caches become a Row), except where the maps are multiplied packed (cpu_packed.py: MLX's own quantized products
+are tens of times slower on the CPU): there a Row starts from cross-attention keys and values computed in numpy and
+takes its prompt through ``prefill`` (the prompt's tokens as rows of one step, each attending to those before it).
+Metal keeps the MLX decoders.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import mlx.core as mx
 import numpy as np
 
 from omnid.engine.cpu_math import numpy_blas_single_threaded
-from omnid.engine.numpy_layers import Linear, Norm, QuantizedRows
+from omnid.engine.numpy_layers import LinearMap, Norm, QuantizedRows, any_packed
 
 KVCache = tuple[mx.array, mx.array]  # a layer's keys and values, (1, heads, positions, head_dim)
 
@@ -35,16 +38,16 @@ class CrossLayer:
     """One decoder layer's weights: self-attention, cross-attention (its keys and values are the Row's), MLP."""
 
     attn_ln: Norm
-    query: Linear
-    key: Linear
-    value: Linear
-    out: Linear
+    query: LinearMap
+    key: LinearMap
+    value: LinearMap
+    out: LinearMap
     cross_ln: Norm
-    cross_query: Linear
-    cross_out: Linear
+    cross_query: LinearMap
+    cross_out: LinearMap
     mlp_ln: Norm
-    mlp1: Linear
-    mlp2: Linear
+    mlp1: LinearMap
+    mlp2: LinearMap
 
 
 @dataclass
@@ -75,13 +78,18 @@ class CpuCrossDecoder:
     embedding_ln: Norm | None
     layers: list[CrossLayer]
     ln: Norm
-    head: Linear
+    head: LinearMap
     activation: Callable[[np.ndarray], np.ndarray]
     single_threaded: bool = True
 
     @property
     def n_ctx(self) -> int:
         return len(self.positions)
+
+    @property
+    def _maps(self) -> list[LinearMap]:
+        return [self.head, *(m for layer in self.layers for m in (
+            layer.query, layer.key, layer.value, layer.out, layer.cross_query, layer.cross_out, layer.mlp1, layer.mlp2))]
 
     def row(self, self_kv: list[KVCache], cross: list[KVCache]) -> Row:
         """A sequence's caches from its prompt's MLX ones (batch of one) and its input's cross-attention keys and
@@ -98,16 +106,39 @@ class CpuCrossDecoder:
         mx.eval(cross)
         return Row(keys, values, length, [(np.asarray(k)[0], np.asarray(v)[0]) for k, v in cross])
 
+    def start(self, cross: list[tuple[np.ndarray, np.ndarray]]) -> Row:
+        """A sequence with no tokens yet over its input's cross-attention keys and values (per layer, each (heads,
+        input positions, head_dim), contiguous): its prompt goes through ``prefill``."""
+        shape = (self.n_head, self.n_ctx, self.head_dim)
+        empty = [np.empty(shape, np.float32) for _ in self.layers]
+        return Row(empty, [np.empty(shape, np.float32) for _ in self.layers], 0, cross)
+
     def step(self, tokens: list[int], rows: list[Row]) -> np.ndarray:
         """Feeds each row its token; returns the next logits, one row per sequence (len(rows), vocabulary)."""
         if any(r.length >= self.n_ctx for r in rows):
             raise ValueError(f"a sequence is past the decoder's {self.n_ctx} positions")
-        threads: AbstractContextManager[None] = numpy_blas_single_threaded() if self.single_threaded else nullcontext()
-        with threads:
-            return self._step(tokens, rows)
+        return self._run(tokens, rows, [0] * len(rows))
 
-    def _step(self, tokens: list[int], rows: list[Row]) -> np.ndarray:
-        x = self.embedding[tokens] + self.positions[[r.length for r in rows]]
+    def prefill(self, tokens: list[int], row: Row) -> np.ndarray:
+        """Feeds one row several tokens (a prompt), each attending to the row's positions up to its own; returns
+        the logits after the last (vocabulary,)."""
+        if row.length + len(tokens) > self.n_ctx:
+            raise ValueError(f"a sequence is past the decoder's {self.n_ctx} positions")
+        return self._run(tokens, [row] * len(tokens), list(range(len(tokens))))[-1]
+
+    def _run(self, tokens: list[int], rows: list[Row], offsets: list[int]) -> np.ndarray:
+        # Packed maps share their own work among the pool's threads: each such share would otherwise set the BLAS's
+        # threads down and back up again around it.
+        alone = self.single_threaded or any_packed(self._maps)
+        threads: AbstractContextManager[None] = numpy_blas_single_threaded() if alone else nullcontext()
+        with threads:
+            return self._step(tokens, rows, offsets)
+
+    def _step(self, tokens: list[int], rows: list[Row], offsets: list[int]) -> np.ndarray:
+        """Token b at position ``rows[b].length + offsets[b]`` (a row appears once per token it is fed, its offsets
+        0, 1, ... in order); each row's length advances by its tokens."""
+        places = [r.length + o for r, o in zip(rows, offsets, strict=True)]
+        x = self.embedding[tokens] + self.positions[places]
         if self.embedding_ln is not None:
             self.embedding_ln(x)
         scale = np.float32(self.head_dim**-0.5)
@@ -115,8 +146,7 @@ class CpuCrossDecoder:
         for i, layer in enumerate(self.layers):
             h = layer.attn_ln(x.copy())
             q, k, v = (f(h).reshape(len(rows), self.n_head, self.head_dim) for f in (layer.query, layer.key, layer.value))
-            for b, row in enumerate(rows):
-                n = row.length
+            for b, (row, n) in enumerate(zip(rows, places, strict=True)):
                 row.keys[i][:, n], row.values[i][:, n] = k[b], v[b]
                 heads[b] = attend(q[b] * scale, row.keys[i][:, : n + 1], row.values[i][:, : n + 1])
             x += layer.out(heads)
@@ -125,8 +155,8 @@ class CpuCrossDecoder:
                 heads[b] = attend(q[b] * scale, *row.cross[i])
             x += layer.cross_out(heads)
             x += layer.mlp2(self.activation(layer.mlp1(layer.mlp_ln(x.copy()))))
-        for row in rows:
-            row.length += 1
+        for row, n in zip(rows, places, strict=True):
+            row.length = max(row.length, n + 1)
         return self.head(self.ln(x))  # x is not used again: normed in place
 
 

@@ -299,12 +299,30 @@ numpy_blas_single_threaded = _SingleThreaded(_numpy_blas)
 mlx_blas_single_threaded = _SingleThreaded(_mlx_blas)
 
 
+_sharing = threading.local()
+
+
+def in_a_share() -> bool:
+    """Whether this thread is running a share of ``_on_pool``'s work (a pool thread, or the caller running its own
+    share): work asked for there runs on this thread alone, the pool's threads being taken."""
+    return getattr(_sharing, "active", False) or threading.current_thread().name.startswith("cpu-math")
+
+
 def _on_pool(work: Callable[..., None], shares: list[tuple[int, ...]]) -> None:
-    """Runs ``work(*share)`` for each share on the pool and waits for all, numpy's BLAS single-threaded meanwhile
-    (each share's products run on its own core). Never called from a pool thread."""
+    """Runs ``work(*share)`` for each share and waits for all, numpy's BLAS single-threaded meanwhile (each share's
+    products run on its own core): the first share on the calling thread while the pool's threads take the others
+    (waking a sleeping thread costs about what a core does in 0.1 ms, bench/cpu_packed_products.py: the caller does
+    not wait idle through it). Never called from a pool thread."""
     with numpy_blas_single_threaded():
-        for done in [_pool().submit(work, *share) for share in shares]:
-            done.result()
+        others = [_pool().submit(work, *share) for share in shares[1:]]
+        _sharing.active = True
+        try:
+            if shares:
+                work(*shares[0])
+        finally:
+            _sharing.active = False
+            for done in others:  # every share ends before the caller reads what they wrote, or raises
+                done.result()
 
 
 def _by_heads(head: Callable[[int, int, np.ndarray], None], shape: tuple[int, ...]) -> np.ndarray:

@@ -35,19 +35,25 @@ import mlx.nn as nn
 import numpy as np
 from numba import njit
 
-from omnid.engine.cpu_math import CPU_THREADS, by_share
+from omnid.engine.cpu_math import CPU_THREADS, by_share, in_a_share
 from omnid.engine.quantization import Quantization
 
 # At most this many input rows go through the few-row kernel; more are unpacked into float32 for the BLAS.
-# bench/cpu_packed_products.py (a 0.6B layer's products, as by_columns calls them): the kernels took 0.52-0.74x
-# float32's time at 1-14 rows and 0.85-0.91x at 32-48, about the widened chunks' at 64 (0.86x; 0.83-0.84x), and
-# 1.36-1.53x at 128, where the widened chunks took 1.09-1.10x (float32's BLAS at its full speed there).
-FEW_ROWS = 48
+# bench/cpu_packed_products.py (a 0.6B layer's products, as by_columns calls them) on this project's 2-core AMD EPYC
+# VM: the kernel took 0.71-0.95x float32's time at 1-7 rows and 0.78-0.92x at 14, where the widened chunks took
+# 0.95-0.96x; at 20 rows 1.02-1.12x against 0.97-0.98x, and past that more (1.14-1.24x at 32, 1.5x at 48), the
+# widened chunks about float32's (0.94-1.08x). (On the earlier Intel VM, AVX-512, the kernel led up to 48 rows.)
+FEW_ROWS = 16
 # Weight rows unpacked at a time for the BLAS: (256, in_features) float32 scratch, 1 MB at width 1024, small enough
 # to stay in the core's cache between the unpacking and the product that reads it.
 CHUNK_ROWS = 256
 # Output columns a thread's share of a few-row product is rounded to: whole cache lines of the output.
 SHARE_ROWS = 16
+# A few-row product whose rows times packed bytes come under this runs on the calling thread: one row of a map of
+# up to 4 MiB took 0.73-0.89x float32's time there at 8 bits against 0.85-1.25x shared with the pool's threads (whose
+# wake-up costs as much as the half they take), a 16 MiB head about the same either way (bench/cpu_packed_products.py,
+# single maps).
+INLINE_BYTES = 8 << 20
 
 # Reassociation lets the compiler vectorize the sums; no assumption about NaN or infinity is made.
 _MATH = {"reassoc", "contract"}
@@ -202,11 +208,6 @@ def _scratch(size: int) -> np.ndarray:
     return _buffers.buffer[:size]
 
 
-def _on_pool_thread() -> bool:
-    # cpu_math's pool may not be entered from its own threads: a product asked for there runs on that thread alone.
-    return threading.current_thread().name.startswith("cpu-math")
-
-
 def _granule(inputs: int) -> int:
     """What a thread's share of the output rows is rounded to for an x of ``inputs`` rows: whole cache lines of the
     output for the few-row kernels, whole chunks for the widened ones."""
@@ -271,7 +272,8 @@ class PackedLinear:
         x = np.ascontiguousarray(x, dtype=np.float32)
         work = self._few if len(x) <= FEW_ROWS else self._many
         granule = _granule(len(x))
-        if _on_pool_thread() or stop - start <= granule:
+        if in_a_share() or stop - start <= granule or (
+                len(x) <= FEW_ROWS and len(x) * (stop - start) * self.packed.shape[1] < INLINE_BYTES):
             work(x, start, stop, out[:, : stop - start])
         else:
             share = _thread_share(stop - start, granule)
@@ -331,7 +333,7 @@ def joined_products(maps: Sequence[PackedLinear], x: np.ndarray) -> list[np.ndar
                 m.columns(x, lo - int(start), hi - int(start), out[:, lo:hi])
 
     granule = _granule(len(x))
-    if _on_pool_thread():
+    if in_a_share():
         work(0, out.shape[1])
     else:
         share = _thread_share(out.shape[1], granule)

@@ -27,12 +27,11 @@ import structlog
 from omnid.audio import SAMPLE_RATE
 from omnid.engine.cohere_asr.checkpoint import load
 from omnid.engine.cohere_asr.chunks import chunk_spans, join_texts
-from omnid.engine.cohere_asr.model import CohereAsr, Generation
+from omnid.engine.cohere_asr.model import CohereAsr, Generation, numpy_packed
 from omnid.engine.cohere_asr.options import CohereOptions
 from omnid.engine.cohere_asr.tokenizer import LANGUAGES
 from omnid.engine.errors import EngineError
 from omnid.engine.interface import Capabilities, Hypothesis
-from omnid.engine.nemo.fastconformer import numpy_packed
 from omnid.engine.nemo.mlx_folder import keep_packed
 from omnid.engine.options import TranscribeOptions
 from omnid.engine.transcript import Segment, Transcript, after_prefix

@@ -12,8 +12,11 @@ Module names are mlx-audio's, so that a converted folder's weights load as they 
 
 On MLX's CPU device the prompt runs through the MLX decoder and every later token through the shared numpy step
 (engine/cpu_cross_decoder.py, on views of the same weights): a token reads the decoder's 540 MB of float32 weights,
-which numpy's BLAS streams nearer the memory's speed than MLX's per-token graph (a one-off profile on this project's
-2-core VM; bench/cohere_asr_speed.py measures the whole). Metal, and modules kept packed, keep the MLX decoder.
+which numpy's BLAS streams nearer the memory's speed than MLX's per-token graph (bench/cohere_asr_speed.py measures
+the whole). An 8-bit folder's decoder stays packed there (:func:`numpy_packed`): a token then reads a quarter of
+those bytes (cpu_packed.py multiplies them as stored), and since MLX's own quantized products are tens of times
+slower on the CPU, the cross-attention keys and values and the prompt go through numpy too. Metal keeps the MLX
+decoder.
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ import numpy as np
 from omnid.engine.cohere_asr.checkpoint import Checkpoint, DecoderDims
 from omnid.engine.cpu_cross_decoder import CpuCrossDecoder, CrossLayer
 from omnid.engine.cpu_math import relu_rows
+from omnid.engine.nemo import fastconformer
 from omnid.engine.nemo.fastconformer import FastConformer
 from omnid.engine.nemo.features import log_mel
 from omnid.engine.nemo.mlx_folder import load_module
-from omnid.engine.numpy_layers import Linear, Norm, as_numpy
+from omnid.engine.numpy_layers import LinearMap, Norm, QuantizedRows, all_rows, as_numpy, linear_map
+from omnid.engine.quantization import Quantization
 
 
 class Attention(nn.Module):
@@ -174,26 +179,57 @@ class Decoder(nn.Module):
         return self.log_softmax.mlp.layer0(x)[0]
 
     def cpu_step(self) -> CpuCrossDecoder | None:
-        """The one-token step in numpy on views of these weights, for MLX's CPU device; None where a module is kept
-        packed (MLX's quantized layers compute it)."""
-        if mx.default_device() != mx.cpu or any(isinstance(m, nn.QuantizedLinear | nn.QuantizedEmbedding)
-                                                for _, m in self.named_modules()):
+        """The one-token step in numpy on views of these weights (packed modules multiplied packed), for MLX's CPU
+        device; None on Metal."""
+        if mx.default_device() != mx.cpu:
             return None
         layers = []
         for layer in self.transf_decoder.decoder.layers:
             attn, cross, mlp = layer.first_sub_layer, layer.second_sub_layer, layer.third_sub_layer
             layers.append(CrossLayer(
-                Norm.of(layer.layer_norm_1), Linear.of(attn.query_net), Linear.of(attn.key_net),
-                Linear.of(attn.value_net), Linear.of(attn.out_projection), Norm.of(layer.layer_norm_2),
-                Linear.of(cross.query_net), Linear.of(cross.out_projection), Norm.of(layer.layer_norm_3),
-                Linear.of(mlp.dense_in), Linear.of(mlp.dense_out)))
+                Norm.of(layer.layer_norm_1), linear_map(attn.query_net), linear_map(attn.key_net),
+                linear_map(attn.value_net), linear_map(attn.out_projection), Norm.of(layer.layer_norm_2),
+                linear_map(cross.query_net), linear_map(cross.out_projection), Norm.of(layer.layer_norm_3),
+                linear_map(mlp.dense_in), linear_map(mlp.dense_out)))
         embedding = self.transf_decoder.embedding
+        table = embedding.token_embedding
         return CpuCrossDecoder(
             n_head=self.dims.heads, head_dim=self.dims.hidden // self.dims.heads,
-            embedding=as_numpy(embedding.token_embedding.weight), positions=as_numpy(embedding.position_embedding.pos_enc),
+            embedding=QuantizedRows(table) if isinstance(table, nn.QuantizedEmbedding) else as_numpy(table.weight),
+            positions=as_numpy(embedding.position_embedding.pos_enc),
             embedding_ln=Norm.of(embedding.layer_norm), layers=layers,
-            ln=Norm.of(self.transf_decoder.decoder.final_layer_norm), head=Linear.of(self.log_softmax.mlp.layer0),
+            ln=Norm.of(self.transf_decoder.decoder.final_layer_norm), head=linear_map(self.log_softmax.mlp.layer0),
             activation=relu_rows, single_threaded=False)
+
+    @property
+    def packed(self) -> bool:
+        """Whether some module is kept packed (on the CPU: the prompt and the cross-attention go through numpy)."""
+        return any(isinstance(m, nn.QuantizedLinear | nn.QuantizedEmbedding) for _, m in self.named_modules())
+
+    def cross_maps(self) -> CrossMaps:
+        """The numpy maps of the cross-attention's keys and values (packed where kept so), for ``cross_in_numpy``."""
+        proj = linear_map(self.encoder_decoder_proj) if "encoder_decoder_proj" in self else None
+        layers = [(linear_map(layer.second_sub_layer.key_net), linear_map(layer.second_sub_layer.value_net))
+                  for layer in self.transf_decoder.decoder.layers]
+        return CrossMaps(proj, layers, self.dims.heads, self.dims.hidden // self.dims.heads)
+
+
+@dataclass(frozen=True)
+class CrossMaps:
+    proj: LinearMap | None
+    layers: list[tuple[LinearMap, LinearMap]]
+    heads: int
+    head_dim: int
+
+    def __call__(self, encoded: mx.array) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each layer's cross-attention keys and values over one clip's encoder output (1, frames, d_model), in
+        numpy: (heads, frames, head_dim) each, contiguous."""
+        memory = np.array(encoded[0], np.float32)
+        if self.proj is not None:
+            memory = all_rows(self.proj, memory)
+        return [tuple(np.ascontiguousarray(all_rows(m, memory).reshape(len(memory), self.heads, self.head_dim)
+                                           .transpose(1, 0, 2)) for m in pair)  # type: ignore[misc]
+                for pair in self.layers]
 
 
 @dataclass(frozen=True)
@@ -215,6 +251,10 @@ class CohereAsr:
     def cpu_step(self) -> CpuCrossDecoder | None:
         """The decoder's numpy step on MLX's CPU device, else None (decided once, at the first decode)."""
         return self.decoder.cpu_step()
+
+    @cached_property
+    def cross_maps(self) -> CrossMaps:
+        return self.decoder.cross_maps()
 
     def features(self, audio: np.ndarray) -> np.ndarray:
         """16 kHz mono float32 -> (n // 160, 128): the valid frames, normalised per feature over them."""
@@ -249,6 +289,11 @@ class CohereAsr:
         rows, next_tokens = [], []
         for e in encoded:
             check()
+            if self.decoder.packed:
+                row = step.start(self.cross_maps(e))
+                next_tokens.append(int(np.argmax(step.prefill(prompt, row))))
+                rows.append(row)
+                continue
             caches = self.decoder.caches(e)
             next_tokens.append(int(np.array(mx.argmax(self.decoder.logits(prompt, 0, caches)))))
             rows.append(step.row([(c.keys, c.values) for c in caches], [(c.cross_keys, c.cross_values) for c in caches]))
@@ -288,3 +333,13 @@ class CohereAsr:
             first += len(ids)
             ids = [token]
         return Generation(tokens, "length")
+
+
+def numpy_packed(module: str, q: Quantization) -> bool:
+    """The packed modules kept so on MLX's CPU device (mlx_folder.keep_packed's ``on_cpu``): the FastConformer's (its
+    own rule) and, at 8 bits, every decoder module (the numpy step, the prompt and the cross-attention multiply them
+    as stored; the embedding's table looked up row by row). A 4-bit decoder is widened at load (540 MB more at the
+    real shapes): bench/quantized.py measured its packed decode at 1.20x float32's time on this project's VM, the
+    8-bit one at 0.81x (one row at a time the 4-bit kernel is bound by its unpacking, not by memory)."""
+    return fastconformer.numpy_packed(module, q) or (
+        not module.startswith("encoder.") and q.multiplied_packed_on_cpu and q.bits == 8)
