@@ -629,7 +629,7 @@ def describe(kind: str, variant: str, choice: str) -> str:
         return "numpy decoder, packed" if variant.startswith("q") else "numpy decoder"
     if kind == "cohere_asr" and variant == "q8":
         return "encoder layers, decoder packed"
-    if kind in ("parakeet", "nemotron") and variant.startswith("q"):
+    if kind in ("parakeet", "nemotron", "cohere_asr") and variant.startswith("q"):
         return "encoder layers packed"
     if kind.startswith("whisper") and variant.startswith("q"):
         return "encoder, tokens packed" if kind == "whisper_small" else "tokens packed, rest wide"

@@ -29,23 +29,21 @@ most frames, which costs a CTC decoder nothing more: the time is the front end a
     .venv/bin/python bench/sensevoice_speed.py                       # 60 s and 10 min, medians of 3
     .venv/bin/python bench/sensevoice_speed.py --runs 1 --inputs 60  # a first check
 
-Measured (2026-12-07, after the FSMN memory moved onto the threads; this 2-core x86-64 VM, load average 0.9-1.8;
-mlx 0.32.4 with OpenBLAS 0.3.21 SkylakeX and numpy's OpenBLAS 0.3.31, 2 threads; torch 2.13.0+cpu, 2 threads;
-medians of 3; ``--inputs 60`` and ``--inputs 600`` run apart, 94 s and 450 s):
+Measured 2026-12-07 on this project's 2-core VM, now an AMD EPYC (AVX2; OpenBLAS Haswell kernels; torch 2.13.0+cpu,
+2 threads), ``--inputs 60`` (medians of 3, 98 s):
 
-    side     input  clips  load s  total s     RTF  VAD s  peak RSS MiB
-    omnid     60 s      3     2.4     4.79  0.0798   0.52          1859
-    funasr    60 s      3     2.9     3.80  0.0634      -          3189
-    omnid    600 s     22     2.1    48.61  0.0810   3.63          1892
-    funasr   600 s     22     3.5    39.16  0.0653      -          3189
-    whisper  600 s     22     0.7    39.74  0.0662      -           470
+    side      input  runs  clips   load s   total s     RTF   VAD s  peak RSS MiB  load avg
+    omnid      60 s     3      3      3.5      4.32  0.0720    0.41          1859       1.1
+    funasr     60 s     3      3      4.6      4.47  0.0746    0.00          3189       1.3
+    whisper    60 s     3      3      0.7      3.00  0.0500    0.00           418       1.3
 
-omnid 0.79x funasr's speed at 60 s and 0.81x at 10 min (the 1.5x target is not met), in 0.58-0.59x its peak RSS;
-the ids of every clip agree. The same 60 s run with the FSMN memory computed on one thread over the whole sequence
-(the change before): omnid 5.13 s, funasr 3.56 s, 0.69x. An earlier full sweep (before that change, a quieter
-machine: funasr 3.39 s and 30.8 s) measured 0.63x and 0.67x. Both sides do the same float32 arithmetic on the same
-two cores: 60 s is about 0.45 TFLOP of encoder products, at least 2.3 s at the 192 GFLOP/s this machine's BLAS
-reached on both cores at Cohere's wider shapes (bench/cohere_asr_speed.py), about all that 1.5x funasr's time allows.
+    60 s: omnid 1.04x funasr's speed (target >= 1.5x: NOT met); 0.95x counting omnid's Silero pass; peak RSS 0.58x
+    60 s: float32 floor 2.54 s (the encoder's and CTC head's 233 M weights over 1013 frames at 186 GFLOP/s, products
+          alone) against the 2.98 s that 1.5x funasr's 4.47 s allows
+
+The ids of every clip agree. On the earlier Intel VM (AVX-512, SkylakeX kernels) the same bench measured 0.79x at
+60 s and 0.81x at 10 min. The floor leaves 0.44 s for everything but the products (attention, FSMN memory, norms,
+front end, CTC: omnid's total less the floor is 1.8 s).
 """
 
 from __future__ import annotations

@@ -40,9 +40,10 @@ from omnid.engine.quantization import Quantization
 
 # At most this many input rows go through the few-row kernel; more are unpacked into float32 for the BLAS.
 # bench/cpu_packed_products.py (a 0.6B layer's products, as by_columns calls them) on this project's 2-core AMD EPYC
-# VM: the kernel took 0.71-0.95x float32's time at 1-7 rows and 0.78-0.92x at 14, where the widened chunks took
-# 0.95-0.96x; at 20 rows 1.02-1.12x against 0.97-0.98x, and past that more (1.14-1.24x at 32, 1.5x at 48), the
-# widened chunks about float32's (0.94-1.08x). (On the earlier Intel VM, AVX-512, the kernel led up to 48 rows.)
+# VM, 8 and 4 bits: the kernel took 0.47-0.98x float32's time at 1-7 rows and 0.84-0.93x at 14, where the widened
+# chunks took 1.02-1.05x; at 20 rows the two ways tied (0.99-1.06x, 1.00-1.04x), and past that the kernel lost
+# (1.11-1.20x at 24, 1.19-1.78x at 32-128) while the widened chunks held 1.00-1.06x. (On the earlier Intel VM,
+# AVX-512, the kernel led up to 48 rows.)
 FEW_ROWS = 16
 # Weight rows unpacked at a time for the BLAS: (256, in_features) float32 scratch, 1 MB at width 1024, small enough
 # to stay in the core's cache between the unpacking and the product that reads it.
@@ -50,7 +51,7 @@ CHUNK_ROWS = 256
 # Output columns a thread's share of a few-row product is rounded to: whole cache lines of the output.
 SHARE_ROWS = 16
 # A few-row product whose rows times packed bytes come under this runs on the calling thread: one row of a map of
-# up to 4 MiB took 0.73-0.89x float32's time there at 8 bits against 0.85-1.25x shared with the pool's threads (whose
+# up to 4 MiB took 0.73-0.89x float32's time there at 8 bits against 0.87-1.25x shared with the pool's threads (whose
 # wake-up costs as much as the half they take), a 16 MiB head about the same either way (bench/cpu_packed_products.py,
 # single maps).
 INLINE_BYTES = 8 << 20
