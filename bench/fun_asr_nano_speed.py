@@ -15,11 +15,22 @@ peak RSS; omnid's speed ratio (funasr's total / omnid's; target >= 1.5x).
     .venv/bin/python bench/fun_asr_nano_speed.py             # medians of 3
     .venv/bin/python bench/fun_asr_nano_speed.py --runs 1    # a first check
 
-Measured (2026-12-07, this 2-core x86-64 VM, load average 1.4-1.8; mlx 0.32.4 with OpenBLAS; torch 2.13.0+cpu,
-2 threads; medians of 3; 64 tokens on both sides), two sweeps of 3 after omnid's decoder moved to Qwen3-ASR's numpy
-step on the CPU: omnid total 11.26 s and 12.05 s (RTF 0.56, 0.60), funasr 11.26 s and 13.11 s: **1.00x and 1.09x
-funasr's speed** (target >= 1.5x: not met), load 7.6-8.7 s against 17.7-22.2 s, peak RSS 7120 MiB against 7530
-(0.95x). Before that move (MLX's one-token steps): 18.45 s against 10.62 s, 0.58x.
+Measured 2026-12-07 on this project's 2-core VM, now an AMD EPYC (AVX2; OpenBLAS Haswell kernels; torch 2.13.0+cpu,
+2 threads; medians of 3; 64 tokens on both sides), two sweeps (201 s and 199 s):
+
+    side      input  runs   load s   total s     RTF  peak RSS MiB   tokens  load avg
+    omnid      20 s     3     14.6      7.56   0.378          7467       64       1.3
+    funasr     20 s     3     18.0     12.18   0.609          7524       64       1.3
+    20 s: omnid 1.61x funasr's speed (target >= 1.5x: met), peak RSS 0.99x funasr's
+    20 s: float32 floor 5.59 s (the encoder's and adaptor's products over 333 frames 0.93 s at 167 GFLOP/s; 64 decode
+          steps each reading the language model's float32 matrices, 73 ms at 32.7 GB/s; no prefill)
+
+    omnid      20 s     3     13.6      7.45   0.373          7467       64       1.4
+    funasr     20 s     3     19.2     12.51   0.625          7524       64       1.4
+    20 s: omnid 1.68x funasr's speed (target >= 1.5x: met), peak RSS 0.99x funasr's
+
+On the earlier Intel VM (AVX-512) two sweeps measured 1.00x and 1.09x (omnid 11.26 s and 12.05 s, funasr 11.26 s
+and 13.11 s); before omnid's decoder moved to Qwen3-ASR's numpy step (MLX's one-token steps) 0.58x.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -83,11 +95,42 @@ def worker(work: Path, name: str) -> dict:
     engine = kind.load("nano-bench", work / "checkpoint", {}, kind.options({"fun_asr_nano": {}}))
     load_s = time.perf_counter() - started
     audio = np.load(work / f"audio_{name}s.npy")
+    frames: list[int] = []
+    encode = engine.encoder
+
+    def framed(x):  # type: ignore[no-untyped-def]
+        frames.append(x.shape[-2])  # the stacked frames the encoder takes
+        return encode(x)
+
+    engine.encoder = framed
     started = time.perf_counter()
     out = engine.transcribe(audio, TranscribeOptions(max_new_tokens=MAX_NEW_TOKENS))
     total_s = time.perf_counter() - started
+    engine.encoder = encode
     return result(name, len(audio) / 16000, load_s, total_s, clips=len(out.segments) or 1, import_s=import_s,
-                  mlx_peak_mib=mx.get_peak_memory() / 2**20, tokens=[out.generated_tokens])
+                  mlx_peak_mib=mx.get_peak_memory() / 2**20, tokens=[out.generated_tokens],
+                  **float32_floor(engine, sum(frames), out.generated_tokens))
+
+
+def float32_floor(engine: object, frames: int, tokens: int) -> dict:
+    """The least time float32 takes for this input here (bench/float32_floor.py; after the transcription, so the
+    peak RSS is the model's): the encoder's and adaptor's matrices over the encoder's frames at the BLAS's best speed
+    at their shapes, and every decode step's read of the language model's matrices (the tied head's table once a
+    step; the token table's rows a step looks up not counted) at the speed a matrix-vector product reads memory.
+    The prompt's prefill, attention and everything element-wise come on top."""
+    from mlx.utils import tree_flatten
+
+    from bench.float32_floor import blas_gflops, read_gbs
+
+    audio = [v for m in (engine.encoder, engine.adaptor) for _, v in tree_flatten(m.parameters())  # type: ignore[attr-defined]
+             if v.ndim == 2 and min(v.shape) > 16]
+    lm = [v for _, v in tree_flatten(engine.lm.parameters()) if v.ndim == 2]  # type: ignore[attr-defined]
+    gflops = blas_gflops(((v.shape[1], v.shape[0]) for v in audio), max(frames, 1))
+    read = read_gbs()
+    products_s = 2 * sum(v.size for v in audio) * frames / (gflops * 1e9)
+    step_s = sum(v.size * 4 for v in lm) / (read * 1e9)  # float32, as both sides compute
+    return {"frames": frames, "blas_gflops": gflops, "read_gbs": read, "encoder_floor_s": products_s,
+            "step_floor_ms": step_s * 1e3, "floor_s": products_s + tokens * step_s}
 
 
 def measure(side: str, name: str, args: argparse.Namespace) -> dict:
@@ -116,6 +159,17 @@ def table(rows: list[dict], inputs: list[str]) -> None:
             speed = t["total_s"] / o["total_s"]
             print(f"{name} s: omnid {speed:.2f}x funasr's speed (target >= 1.5x: {'met' if speed >= 1.5 else 'NOT met'}), "
                   f"peak RSS {o['peak_rss_mib'] / t['peak_rss_mib']:.2f}x funasr's")
+            floored = [r for r in rows if r["side"] == "omnid" and r["input"] == name and "floor_s" in r]
+            if floored:
+                f = {k: statistics.median(r[k] for r in floored)
+                     for k in ("floor_s", "encoder_floor_s", "step_floor_ms", "blas_gflops", "read_gbs")}
+                allowed = t["total_s"] / 1.5
+                print(f"{name} s: float32 floor {f['floor_s']:.2f} s (the encoder's and adaptor's products over "
+                      f"{floored[0]['frames']} frames {f['encoder_floor_s']:.2f} s at {f['blas_gflops']:.0f} GFLOP/s; "
+                      f"{sum(floored[0]['tokens'])} decode steps each reading the language model's float32 matrices, "
+                      f"{f['step_floor_ms']:.0f} ms at {f['read_gbs']:.1f} GB/s; no prefill) against the {allowed:.2f} s "
+                      f"that 1.5x funasr's {t['total_s']:.2f} s allows "
+                      f"({'within reach' if f['floor_s'] < allowed else 'OUT OF REACH'})")
 
 
 def main() -> None:
