@@ -41,6 +41,14 @@ Measured 2026-12-07 on this project's 2-core VM, now an AMD EPYC (AVX2; OpenBLAS
     60 s: float32 floor 2.54 s (the encoder's and CTC head's 233 M weights over 1013 frames at 186 GFLOP/s, products
           alone) against the 2.98 s that 1.5x funasr's 4.47 s allows
 
+    (``--inputs 600``, 423 s)
+    omnid     600 s     3     22      3.4     43.16  0.0719    4.38          1892       1.7
+    funasr    600 s     3     22      2.7     45.70  0.0762    0.00          3182       1.7
+    whisper   600 s     3     22      1.0     28.35  0.0473    0.00           468       1.8
+
+    600 s: omnid 1.06x funasr's speed (target >= 1.5x: NOT met); peak RSS 0.59x
+    600 s: float32 floor 25.31 s (10065 frames at 186 GFLOP/s) against the 30.47 s that 1.5x funasr's 45.70 s allows
+
 The ids of every clip agree. On the earlier Intel VM (AVX-512, SkylakeX kernels) the same bench measured 0.79x at
 60 s and 0.81x at 10 min. The floor leaves 0.44 s for everything but the products (attention, FSMN memory, norms,
 front end, CTC: omnid's total less the floor is 1.8 s).
