@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from functools import cached_property
 
 import mlx.core as mx
 import numpy as np
@@ -86,10 +87,13 @@ class CpuCrossDecoder:
     def n_ctx(self) -> int:
         return len(self.positions)
 
-    @property
-    def _maps(self) -> list[LinearMap]:
-        return [self.head, *(m for layer in self.layers for m in (
-            layer.query, layer.key, layer.value, layer.out, layer.cross_query, layer.cross_out, layer.mlp1, layer.mlp2))]
+    @cached_property
+    def _alone(self) -> bool:
+        """Whether a step holds numpy's BLAS to one thread: asked for, or some map is packed (packed maps share
+        their own work among the pool's threads, and each share would otherwise set the BLAS's threads down and back
+        up again around it)."""
+        return self.single_threaded or any_packed([self.head, *(m for layer in self.layers for m in (
+            layer.query, layer.key, layer.value, layer.out, layer.cross_query, layer.cross_out, layer.mlp1, layer.mlp2))])
 
     def row(self, self_kv: list[KVCache], cross: list[KVCache]) -> Row:
         """A sequence's caches from its prompt's MLX ones (batch of one) and its input's cross-attention keys and
@@ -127,10 +131,7 @@ class CpuCrossDecoder:
         return self._run(tokens, [row] * len(tokens), list(range(len(tokens))))[-1]
 
     def _run(self, tokens: list[int], rows: list[Row], offsets: list[int]) -> np.ndarray:
-        # Packed maps share their own work among the pool's threads: each such share would otherwise set the BLAS's
-        # threads down and back up again around it.
-        alone = self.single_threaded or any_packed(self._maps)
-        threads: AbstractContextManager[None] = numpy_blas_single_threaded() if alone else nullcontext()
+        threads: AbstractContextManager[None] = numpy_blas_single_threaded() if self._alone else nullcontext()
         with threads:
             return self._step(tokens, rows, offsets)
 

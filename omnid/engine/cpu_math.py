@@ -215,9 +215,17 @@ HEAD_ROWS = 256
 CPU_THREADS = max(1, min(os.cpu_count() or 1, 8))
 
 
+# Set on the pool's threads for good, on a caller only while it runs its own share (see _on_pool).
+_sharing = threading.local()
+
+
+def _sharing_for_good() -> None:
+    _sharing.active = True
+
+
 @lru_cache(maxsize=1)
 def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(CPU_THREADS, thread_name_prefix="cpu-math")
+    return ThreadPoolExecutor(CPU_THREADS, thread_name_prefix="cpu-math", initializer=_sharing_for_good)
 
 
 @lru_cache(maxsize=1)
@@ -299,13 +307,10 @@ numpy_blas_single_threaded = _SingleThreaded(_numpy_blas)
 mlx_blas_single_threaded = _SingleThreaded(_mlx_blas)
 
 
-_sharing = threading.local()
-
-
 def in_a_share() -> bool:
     """Whether this thread is running a share of ``_on_pool``'s work (a pool thread, or the caller running its own
     share): work asked for there runs on this thread alone, the pool's threads being taken."""
-    return getattr(_sharing, "active", False) or threading.current_thread().name.startswith("cpu-math")
+    return getattr(_sharing, "active", False)
 
 
 def _on_pool(work: Callable[..., None], shares: list[tuple[int, ...]]) -> None:

@@ -271,10 +271,11 @@ class PackedLinear:
         """Output columns [start, stop) of x W^T (+ b) into ``out`` (n, stop - start), W's rows for them shared
         among the threads (on a pool thread: that thread alone)."""
         x = np.ascontiguousarray(x, dtype=np.float32)
-        work = self._few if len(x) <= FEW_ROWS else self._many
+        few = len(x) <= FEW_ROWS
+        work = self._few if few else self._many
         granule = _granule(len(x))
         if in_a_share() or stop - start <= granule or (
-                len(x) <= FEW_ROWS and len(x) * (stop - start) * self.packed.shape[1] < INLINE_BYTES):
+                few and len(x) * (stop - start) * self.packed.shape[1] < INLINE_BYTES):
             work(x, start, stop, out[:, : stop - start])
         else:
             share = _thread_share(stop - start, granule)

@@ -207,7 +207,8 @@ class Decoder(nn.Module):
         return any(isinstance(m, nn.QuantizedLinear | nn.QuantizedEmbedding) for _, m in self.named_modules())
 
     def cross_maps(self) -> CrossMaps:
-        """The numpy maps of the cross-attention's keys and values (packed where kept so), for ``cross_in_numpy``."""
+        """The numpy maps of the cross-attention's keys and values (packed where kept so): called on an encoder
+        output, each layer's keys and values in numpy."""
         proj = linear_map(self.encoder_decoder_proj) if "encoder_decoder_proj" in self else None
         layers = [(linear_map(layer.second_sub_layer.key_net), linear_map(layer.second_sub_layer.value_net))
                   for layer in self.transf_decoder.decoder.layers]
@@ -227,9 +228,12 @@ class CrossMaps:
         memory = np.array(encoded[0], np.float32)
         if self.proj is not None:
             memory = all_rows(self.proj, memory)
-        return [tuple(np.ascontiguousarray(all_rows(m, memory).reshape(len(memory), self.heads, self.head_dim)
-                                           .transpose(1, 0, 2)) for m in pair)  # type: ignore[misc]
-                for pair in self.layers]
+        return [(self._heads(key, memory), self._heads(value, memory)) for key, value in self.layers]
+
+    def _heads(self, linear: LinearMap, memory: np.ndarray) -> np.ndarray:
+        """linear(memory) split into heads: (heads, frames, head_dim), contiguous."""
+        out = all_rows(linear, memory).reshape(len(memory), self.heads, self.head_dim)
+        return np.ascontiguousarray(out.transpose(1, 0, 2))
 
 
 @dataclass(frozen=True)
