@@ -13,7 +13,7 @@ length, filled as it goes, and its cross-attention keys and values as numpy view
 by row over exactly that row's positions, so rows of different lengths and inputs need no padding or masks; the
 products of every layer's linear maps take all rows at once. A prompt's forward pass stays in the kind's MLX model
 (its caches become a Row), except where the maps are multiplied packed (cpu_packed.py: MLX's own quantized products
-are tens of times slower on the CPU): there a Row starts from cross-attention keys and values computed in numpy and
+are several times slower on the CPU): there a Row starts from cross-attention keys and values computed in numpy and
 takes its prompt through ``prefill`` (the prompt's tokens as rows of one step, each attending to those before it).
 Metal keeps the MLX decoders.
 """

@@ -14,7 +14,7 @@ On MLX's CPU device the prompt runs through the MLX decoder and every later toke
 (engine/cpu_cross_decoder.py, on views of the same weights): a token reads the decoder's 540 MB of float32 weights,
 which numpy's BLAS streams nearer the memory's speed than MLX's per-token graph (bench/cohere_asr_speed.py measures
 the whole). An 8-bit folder's decoder stays packed there (:func:`numpy_packed`): a token then reads a quarter of
-those bytes (cpu_packed.py multiplies them as stored), and since MLX's own quantized products are tens of times
+those bytes (cpu_packed.py multiplies them as stored), and since MLX's own quantized kernels are several times
 slower on the CPU, the cross-attention keys and values and the prompt go through numpy too. Metal keeps the MLX
 decoder.
 """
