@@ -20,7 +20,16 @@ from omnid.api.forms import FormLimits, flag, known_fields, number, read_form, t
 from omnid.api.security import KEY_PARAMETER
 from omnid.api.websocket import CappedWebSocket
 from omnid.audio import SAMPLE_RATE, AudioDecodeError, decode_audio
-from omnid.engine.diarization import FRAME_SECONDS, SAMPLES_PER_FRAME, DiarizationEngine, DiarizationStream, Turn, turns
+from omnid.engine.diarization import (
+    FRAME_SECONDS,
+    STREAM_FIFO_MAX,
+    STREAM_SPKCACHE_MAX,
+    DiarizationEngine,
+    DiarizationStream,
+    Turn,
+    max_feed_samples,
+    turns,
+)
 from omnid.runtime import diarization
 from omnid.runtime.request_rules import Range
 
@@ -31,7 +40,6 @@ STREAMS = web.AppKey("diarization_streams", set)
 MAX_SECONDS = 3600.0  # min_duration and merge_gap: an hour
 THRESHOLD, SECONDS = Range(0.0, 1.0), Range(0.0, MAX_SECONDS)
 FILE_FIELDS = ("threshold", "min_duration", "merge_gap", "latency", "include_probabilities")
-ABSOLUTE_MAX_FEED = 480_000  # 30 s: no feed is longer, whatever the checkpoint
 MAX_POSITIONS = 1500  # the reference's positional table: no sequence may be longer
 _INT = re.compile(r"[+-]?[0-9]{1,9}")
 
@@ -40,8 +48,8 @@ class StreamOptions(msgspec.Struct):
     threshold: float = 0.5
     min_duration: float = 0.0
     merge_gap: float = 0.18
-    spkcache_max: int = 188
-    fifo_max: int = 188
+    spkcache_max: int = STREAM_SPKCACHE_MAX
+    fifo_max: int = STREAM_FIFO_MAX
 
 
 class Segment(msgspec.Struct):
@@ -147,11 +155,6 @@ def _integer(name: str, raw: str, low: int, high: int) -> int:
     if not low <= value <= high:
         raise invalid(name, f"{name} must be between {low} and {high}, got {value}")
     return value
-
-
-def max_feed_samples(engine: DiarizationEngine) -> int:
-    """One update period of frames, less a sample (a feed's frames then never exceed it), and at most 30 s."""
-    return min(ABSOLUTE_MAX_FEED, engine.streaming.spkcache_update_period * SAMPLES_PER_FRAME - 1)
 
 
 def not_a_feed(cap: int) -> str:

@@ -101,6 +101,7 @@ class Connection:
             min_rate=self.config.min_rate,
             max_rate=self.config.max_rate,
             max_prompt_chars=services.config.transcription.max_prompt_chars,
+            speakers=services.diarizer is not None and services.diarizer.loaded,
         )
         self.finished = False
         self.shutting_down = False
@@ -119,7 +120,7 @@ class Connection:
 
         self.session = Session(
             rules, settings, self.config, self.services.config.transcription, self.services.transcribers,
-            self.services.vad_batcher, emit,
+            self.services.vad_batcher, emit, self.services.diarizer,
         )
         log.info("realtime_session_started", dialect=dialect, session=self.session_id)
         if dialect == "openai":
@@ -167,7 +168,7 @@ class Connection:
                 return
             if await session.commit():
                 text = await session.drain()
-                said = voxt.sentences(session.completed_sentences())
+                said = voxt.sentences(session.completed_sentences(), session.sentence_speakers)
                 self.out.send(ev.TranscriptionCompleted(text=text, segments=said))
                 self.finished = True
 
@@ -180,7 +181,7 @@ class Connection:
             return
         try:
             if self.dialect == "voxt":
-                new = st.voxt_update(session.settings, e.session, self.caps)
+                new = st.voxt_update(session.settings, e.session, self.caps, session.audio_started)
             else:
                 new = st.openai_update(session.settings, e.session, self.caps, session.audio_started)
         except st.SettingsError as exc:

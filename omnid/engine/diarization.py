@@ -21,6 +21,11 @@ from omnid.engine.interface import Check
 # speakers of a transcript and the routes' turns read every diarization engine's rows on this grid.
 FRAME_SECONDS = 0.08
 SAMPLES_PER_FRAME = 1280  # 80 ms at 16 kHz
+# A live stream's bounds when its client names none (the reference server's defaults): speaker-cache and FIFO
+# frames kept between feeds.
+STREAM_SPKCACHE_MAX = 188
+STREAM_FIFO_MAX = 188
+ABSOLUTE_MAX_FEED = 480_000  # 30 s: no feed of a live stream is longer, whatever the checkpoint
 
 
 class StreamLimits(Protocol):
@@ -73,6 +78,12 @@ class DiarizationEngine(Protocol):
     def feed(self, state: Any, samples: np.ndarray, spkcache_max: int, fifo_max: int) -> np.ndarray:
         """One feed of the live stream ``state`` (one of new_stream's) -> its frames' probabilities; the state
         moves on."""
+
+
+def max_feed_samples(engine: DiarizationEngine) -> int:
+    """The longest feed of a live stream: one update period of frames, less a sample (a feed's frames then never
+    exceed it), and at most 30 s."""
+    return min(ABSOLUTE_MAX_FEED, engine.streaming.spkcache_update_period * SAMPLES_PER_FRAME - 1)
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,9 @@ class Final:
     agreed: str  # the agreed words emitted before it (the final continues them under append-only rules)
     seconds: float  # audio the segment held
     sentences: tuple[Sentence, ...] | None = None  # a cache-aware stream's sentences, timed (None: other engines)
+    speaker: str | None = None  # its speaker's label, in a session that asked for speakers (None: not asked, or
+    # nobody heard yet)
+    sentence_speakers: tuple[str | None, ...] | None = None  # each sentence's, where both are given
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,11 @@ from omnid.realtime.cut import quietest_cut
 from omnid.realtime.events import DomainEvent, TurnRules
 from omnid.realtime.redecode import ReDecoding
 from omnid.realtime.settings import Settings
+from omnid.realtime.speakers import LiveSpeakers
 from omnid.realtime.strategy import Decoded, FinalJob, Host, Segment, SessionError, Strategy
 from omnid.realtime.stream import CacheAwareStream
 from omnid.realtime.text import join_segments
-from omnid.runtime import request_rules
+from omnid.runtime import diarization, request_rules
 from omnid.runtime.errors import JobCancelledError, QueueFullError
 from omnid.runtime.scheduler import EngineRuntime
 from omnid.vad.batcher import VadBatcher
@@ -70,6 +71,7 @@ class Session:
         engines: Mapping[str, EngineRuntime[TranscriptionEngine]],
         vad: VadBatcher,
         emit: Callable[[DomainEvent], None],
+        diarizer: diarization.Runtime | None = None,
     ) -> None:
         self.rules = rules
         self.config = config
@@ -77,6 +79,8 @@ class Session:
         self.engines = engines
         self.vad = vad
         self.emit = emit
+        self.diarizer = diarizer  # the diarization model's runtime, for a session that asks for speakers
+        self.speakers: LiveSpeakers | None = None  # its live speaker stream, while speakers are on
         self.settings = settings
         self.buffer = AudioBuffer(settings.rate, config.max_backlog_s)
         self.vad_stream = VadStream()
@@ -90,6 +94,7 @@ class Session:
         self.input_samples = 0  # at the client's rate, for the session length cap
         self.final_texts: list[str] = []  # Voxt: transcription.completed joins them
         self.sentences: list[Sentence] = []  # the finals' timed sentences, where the strategy has them
+        self.sentence_speakers: list[str | None] = []  # and their speakers, where the session asked for them
         self._finals: collections.deque[FinalJob] = collections.deque()
         self._final_samples = 0
         self._final_task: asyncio.Task | None = None
@@ -122,6 +127,16 @@ class Session:
         self.settings = settings
         self._no_language, self._told_no_language = self._language_missing(settings), False
         self._follow_model()
+        self._follow_speakers()
+
+    def _follow_speakers(self) -> None:
+        """Starts or stops the live speaker stream as the settings say (they change only before the first audio)."""
+        if self.settings.speakers and self.speakers is None and self.diarizer is not None:
+            c = self.config
+            self.speakers = LiveSpeakers(self.diarizer, c.speakers_feed_s, c.speakers_threshold, c.max_backlog_s)
+        elif not self.settings.speakers and self.speakers is not None:
+            self.speakers.close()
+            self.speakers = None
 
     def _language_missing(self, s: Settings) -> str | None:
         """Why the settings' model cannot decode: it detects no language and the session has named none (possible
@@ -208,6 +223,8 @@ class Session:
         await self._analyse(new)
 
     async def _analyse(self, new: np.ndarray) -> None:
+        if self.speakers is not None and len(new):
+            self.speakers.append(new)
         first = self.vad_stream.windows
         listen = len(new) and self.strategy.listens
         probs = await self.vad.feed(self.vad_stream, new) if listen else np.zeros(0, np.float32)
@@ -285,6 +302,7 @@ class Session:
             else:
                 keep = self.uncommitted_from
         self.buffer.consume(keep)
+        self._forget_speakers()
 
     # --- turns ------------------------------------------------------------------------------------------
 
@@ -316,6 +334,9 @@ class Session:
 
     def _close(self, end: int) -> None:
         job = self.strategy.close(end)  # takes its audio from the buffer first
+        job.segment.end = end
+        if self.speakers is not None:
+            self.speakers.want(end)
         self.buffer.consume(end)
         self.uncommitted_from = max(self.uncommitted_from, end)
         seg = job.segment
@@ -335,26 +356,52 @@ class Session:
             job = self._finals[0]
             try:
                 decoded = await job.decode()
+                said = await self._speakers_of(job.segment, decoded.sentences)
             except (asyncio.CancelledError, JobCancelledError):
                 return
             except Exception as exc:  # noqa: BLE001  (any engine failure drops the segment, never commits it empty)
                 log.warning("final_failed", error=type(exc).__name__)
                 self._failed(job, exc)
             else:
-                self._final(job, decoded)
+                self._final(job, decoded, said)
             finally:
                 if self._finals and self._finals[0] is job:
                     self._finals.popleft()
                     self._final_samples -= job.samples
+                self._forget_speakers()
         self._finals_idle.set()
 
-    def _final(self, job: FinalJob, decoded: Decoded) -> None:
-        seg, (text, sentences) = job.segment, decoded
+    async def _speakers_of(self, seg: Segment, sentences: tuple[Sentence, ...] | None
+                           ) -> tuple[str | None, tuple[str | None, ...] | None]:
+        """The segment's speaker and its sentences' (None where the session did not ask), once the speaker stream
+        has the segment's frames."""
+        if self.speakers is None or seg.end is None:
+            return None, None
+        speaker = await self.speakers.speaker(seg.start, seg.end)
+        if sentences is None:
+            return speaker, None
+        return speaker, tuple(self.speakers.label_now(round(x.start * SAMPLE_RATE), round(x.end * SAMPLE_RATE))
+                              for x in sentences)
+
+    def _forget_speakers(self) -> None:
+        """The speaker track keeps frames from the oldest span a final will still ask about."""
+        if self.speakers is None:
+            return
+        starts = [job.segment.start for job in self._finals]
+        if self.segment is not None:
+            starts.append(self.segment.start)
+        self.speakers.forget_before(min(starts, default=self.buffer.end))
+
+    def _final(self, job: FinalJob, decoded: Decoded,
+               said: tuple[str | None, tuple[str | None, ...] | None] = (None, None)) -> None:
+        seg, (text, sentences), (speaker, sentence_speakers) = job.segment, decoded, said
         if self.rules.keeps_text:
             self.final_texts.append(text)
             self.sentences += sentences or ()
+            self.sentence_speakers += sentence_speakers or [None] * len(sentences or ())
         self.emit(de.Final(segment_id=seg.index, item_id=seg.item_id, text=text, agreed=job.agreed,
-                           seconds=job.seconds, sentences=sentences))
+                           seconds=job.seconds, sentences=sentences, speaker=speaker,
+                           sentence_speakers=sentence_speakers))
         log.info("segment_final", segment=seg.index, chars=len(text),
                  latency_s=round(time.monotonic() - job.closed_at, 3), **content(text))
 
@@ -372,6 +419,8 @@ class Session:
     def close(self) -> None:
         """The socket is gone: queued and running jobs are cancelled now (a stream's decode at its next chunk)."""
         self.strategy.drop()
+        if self.speakers is not None:
+            self.speakers.close()
         if self._final_task is not None and not self._final_task.done():
             self._final_task.cancel()
         for job in self._finals:

@@ -45,6 +45,7 @@ class Settings:
     chunk_asked: float | None = None  # chunk_ms as the client asked for it (snapped again if the model changes)
     punctuation: bool | None = None  # a model with the switch: as asked (None: the model's default)
     itn: bool | None = None  # use_itn, for a model with inverse text normalisation: as asked (None: its default)
+    speakers: bool = False  # each final names its speaker (a diarization model's live stream of the session)
 
     @property
     def manual(self) -> bool:
@@ -60,6 +61,7 @@ class Capabilities:
     min_rate: int
     max_rate: int
     max_prompt_chars: int = 4096
+    speakers: bool = False  # a diarization model is ready: sessions may ask for speakers
 
     def initial(self, dialect: Literal["voxt", "openai"]) -> Settings:
         """The default model's session, in its configured language where it has one (a model that detects none)."""
@@ -197,13 +199,29 @@ def switch(value: Any, name: str) -> bool | None:
     return value
 
 
-def _switches(out: Settings, s: dict[str, Any]) -> Settings:
-    """The model switches a session update sets (the rest of the session is the dialect's)."""
+def _switches(out: Settings, s: dict[str, Any], caps: Capabilities, audio_started: bool) -> Settings:
+    """omnid's switches a session update sets, the same in both dialects (the rest of the session is the
+    dialect's): the model's punctuation and use_itn, and speakers."""
     if "punctuation" in s:
         out = replace(out, punctuation=switch(s["punctuation"], "punctuation"))
     if "use_itn" in s:
         out = replace(out, itn=switch(s["use_itn"], "use_itn"))
+    if "speakers" in s:
+        out = replace(out, speakers=speakers(s["speakers"], out.speakers, caps, audio_started))
     return out
+
+
+def speakers(value: Any, current: bool, caps: Capabilities, audio_started: bool) -> bool:
+    """session.speakers: true, false or null (off). On only with a diarization model, and fixed by the first
+    audio (the speaker stream follows the session's audio from its start)."""
+    param = "session.speakers"
+    asked = bool(switch(value, "speakers"))
+    if asked and not caps.speakers:
+        raise SettingsError("unsupported_session", param, "speakers need a speaker diarization model (a [[models]] "
+                            "entry with kind = \"sortformer\"); none is configured")
+    if asked != current and audio_started:
+        raise SettingsError("unsupported_session", param, "speakers can be turned on or off only before the first audio")
+    return asked
 
 
 def _pcm16(value: Any, param: str) -> None:
@@ -211,7 +229,7 @@ def _pcm16(value: Any, param: str) -> None:
         raise SettingsError("unsupported_session", param, f"audio format {shown(value)} is not supported; use pcm16")
 
 
-def voxt_update(settings: Settings, session: Any, caps: Capabilities) -> Settings:
+def voxt_update(settings: Settings, session: Any, caps: Capabilities, audio_started: bool = False) -> Settings:
     """Voxt's flat session: turn_detection, language, prompt, input_audio_format (16 kHz PCM16 only)."""
     s = _obj(session, "session")
     _pcm16(s.get("input_audio_format"), "session.input_audio_format")
@@ -224,7 +242,7 @@ def voxt_update(settings: Settings, session: Any, caps: Capabilities) -> Setting
         out = replace(out, prompt=_prompt(s["prompt"], "session.prompt", caps, out.model))
     if "chunk_ms" in s:
         out = replace(out, chunk_asked=chunk(s["chunk_ms"]))
-    out = _switches(out, s)
+    out = _switches(out, s, caps, audio_started)
     if "model" in s:
         out = _transcription(out, {"model": s["model"]}, caps, "session")
     return _check_language(out, caps)
@@ -237,7 +255,7 @@ def openai_update(settings: Settings, session: Any, caps: Capabilities, audio_st
     out = settings
     if "chunk_ms" in s:  # an omnid extension, as in the Voxt dialect: a cache-aware model's chunk
         out = replace(out, chunk_asked=chunk(s["chunk_ms"]))
-    out = _switches(out, s)  # omnid extensions too: a model's punctuation and use_itn switches
+    out = _switches(out, s, caps, audio_started)  # omnid extensions too: punctuation, use_itn, speakers
     if "type" in s and s["type"] != "transcription":
         raise SettingsError("unsupported_session", "session.type", f"session type {shown(s['type'])} is not supported; use transcription")
     if "audio" in s:
@@ -323,4 +341,6 @@ def _extensions(s: Settings, view: dict[str, Any]) -> dict[str, Any]:
         view["punctuation"] = s.punctuation
     if s.itn is not None:
         view["use_itn"] = s.itn
+    if s.speakers:
+        view["speakers"] = True
     return view

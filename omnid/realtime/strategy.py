@@ -39,6 +39,7 @@ class Segment:
     item_id: str  # OpenAI item id
     start: int  # absolute 16 kHz sample
     speech_at: int | None = None  # first window above the speech threshold
+    end: int | None = None  # absolute 16 kHz sample where it closed (None: open)
 
 
 class Decoded(NamedTuple):

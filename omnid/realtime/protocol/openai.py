@@ -37,5 +37,5 @@ class OpenAIWire:
         if sent and rest.strip() or (not sent and text):
             out.append(ev.TranscriptDelta(item_id=event.item_id, content_index=0, delta=rest if sent else text))
         out.append(ev.TranscriptCompleted(item_id=event.item_id, content_index=0, transcript=text,
-                                          usage=ev.Usage(seconds=round(event.seconds, 3))))
+                                          usage=ev.Usage(seconds=round(event.seconds, 3)), speaker=event.speaker))
         return out

@@ -46,6 +46,7 @@ class TranscriptionSegment(ServerEvent, tag="transcription.segment"):
     text: str
     is_final: bool
     segments: list[Sentence] | None = None  # a cache-aware model's final
+    speaker: str | None = None  # omnid: a final's speaker, in a session that asked for speakers
 
 
 class TranscriptionCompleted(ServerEvent, tag="transcription.completed"):
@@ -99,6 +100,7 @@ class TranscriptCompleted(ServerEvent, tag="conversation.item.input_audio_transc
     content_index: int
     transcript: str
     usage: Usage
+    speaker: str | None = None  # omnid: its speaker, in a session that asked for speakers
 
 
 class TranscriptFailed(ServerEvent, tag="conversation.item.input_audio_transcription.failed"):

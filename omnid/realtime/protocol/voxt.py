@@ -3,6 +3,8 @@ sent only when it changed, one final per segment, the joined text at the end; no
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from omnid.engine.interface import Sentence
 from omnid.realtime import events as de
 from omnid.realtime.protocol import server_events as ev
@@ -24,7 +26,8 @@ class VoxtWire:
         if isinstance(event, de.Final):
             self.shown.pop(event.segment_id, None)
             return [ev.TranscriptionSegment(segment_id=event.segment_id, text=event.text, is_final=True,
-                                            segments=sentences(event.sentences))]
+                                            segments=sentences(event.sentences, event.sentence_speakers),
+                                            speaker=event.speaker)]
         if isinstance(event, de.Failed):
             self.shown.pop(event.segment_id, None)
             return [ev.Error(error=ev.transcription_failed(event.busy))]
@@ -36,7 +39,11 @@ class VoxtWire:
 
 
 
-def sentences(said: tuple[Sentence, ...] | None) -> list[ev.Sentence] | None:
+def sentences(said: tuple[Sentence, ...] | None, speakers: Sequence[str | None] | None = None
+              ) -> list[ev.Sentence] | None:
+    """Timed sentences on the wire, each with its speaker where the session asked for speakers ("" otherwise, as
+    the reference server sends)."""
     if said is None:
         return None
-    return [ev.Sentence(start=s.start, end=s.end, speaker="", text=s.text) for s in said]
+    who = list(speakers or ()) + [None] * len(said)
+    return [ev.Sentence(start=s.start, end=s.end, speaker=w or "", text=s.text) for s, w in zip(said, who)]
