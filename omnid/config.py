@@ -115,9 +115,11 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
     min_rate: int = 8000
     max_rate: int = 48000
     # Speakers on a session (session.speakers, a sortformer model configured): audio per feed of its live
-    # diarization stream (whole 80 ms frames; a closed segment's frames are fed at once), and the probability a
+    # diarization stream (whole 80 ms frames; a closed segment's frames are fed at once); how long a final waits
+    # for those before the frames already fed decide (where they hear someone in its span); and the probability a
     # speaker must pass in a final's span to be named there.
-    speakers_feed_s: float = 0.96
+    speakers_feed_s: float = 2.4
+    speakers_wait_s: float = 0.2
     speakers_threshold: float = 0.5
 
 
@@ -477,8 +479,9 @@ def _check_realtime(r: RealtimeConfig) -> None:
         raise ConfigError("realtime.max_pending_bytes must be at least 65536")
     if not 1000 <= r.min_rate <= r.max_rate <= 192000:
         raise ConfigError("realtime.min_rate and max_rate must satisfy 1000 <= min_rate <= max_rate <= 192000")
-    if not 0.08 <= r.speakers_feed_s <= 30 or not 0 < r.speakers_threshold < 1:
-        raise ConfigError("realtime.speakers_feed_s must be in [0.08, 30] and speakers_threshold in (0, 1)")
+    if not 0.08 <= r.speakers_feed_s <= 30 or not 0 < r.speakers_threshold < 1 or not 0 <= r.speakers_wait_s <= 60:
+        raise ConfigError("realtime.speakers_feed_s must be in [0.08, 30], speakers_wait_s in [0, 60] and "
+                          "speakers_threshold in (0, 1)")
 
 
 def model_folder(model: ModelConfig) -> Path:

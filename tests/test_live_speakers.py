@@ -216,3 +216,28 @@ def test_each_dialect_carries_a_finals_speakers_and_only_when_given():
     voxt = msgspec.json.decode(msgspec.json.encode(VoxtWire()(plain)[0]))
     assert "speaker" not in voxt and [x["speaker"] for x in voxt["segments"]] == ["", ""]
     assert "speaker" not in msgspec.json.decode(msgspec.json.encode(OpenAIWire()(plain)[-1]))
+
+
+async def test_a_final_waits_for_its_last_frames_only_as_long_as_the_session_says(diarizer):
+    """The tail's feed held behind a job that waits for the test: with frames already heard, the label comes
+    from them after the wait; a span nothing has been fed of yet waits for its frames."""
+    import threading
+
+    audio, turns = conversation()
+    track = LiveSpeakers(diarizer, 0.96, 0.5, 90.0)
+    start, end = turns[0]
+    track.append(audio[: start + (end - start) // 2])  # half the first turn: fed in full feeds
+    await track.speaker(start, start + (end - start) // 2 - 2 * 0.96 * RATE)
+    fed_before = track.fed
+    release = threading.Event()
+    blocker = asyncio.ensure_future(diarizer.submit(lambda check: release.wait(60)))
+    await asyncio.sleep(0)
+    track.append(audio[start + (end - start) // 2 : turns[1][1]])
+    label = await track.speaker(start, end, wait_s=0.05)  # the tail's feed is queued behind the blocker
+    assert label == "A" and track.fed < end // SAMPLES_PER_FRAME and track.fed >= fed_before
+    waiting = asyncio.ensure_future(track.speaker(turns[1][0], turns[1][1], wait_s=0.05))
+    await asyncio.sleep(0.2)
+    assert not waiting.done(), "nothing of the second turn is in the track: it waits for its frames"
+    release.set()
+    assert await waiting == "B" and await blocker
+    track.close()

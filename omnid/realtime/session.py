@@ -377,7 +377,7 @@ class Session:
         has the segment's frames."""
         if self.speakers is None or seg.end is None:
             return None, None
-        speaker = await self.speakers.speaker(seg.start, seg.end)
+        speaker = await self.speakers.speaker(seg.start, seg.end, self.config.speakers_wait_s)
         if sentences is None:
             return speaker, None
         return speaker, tuple(self.speakers.label_now(round(x.start * SAMPLE_RATE), round(x.end * SAMPLE_RATE))

@@ -5,7 +5,8 @@ speaker with the most probability over its 80 ms frames (runtime/speakers.py's r
 The session's timeline is cut into 80 ms frames from its first sample; a feed of k frames passes the model
 k x 1280 - 1 samples, for which a feed's own features give exactly k frames, so frame j of the track always covers
 samples [1280 j, 1280 (j + 1)). Feeds gather ``feed_frames`` frames, except that a closed segment's frames are fed
-at once (its final waits for them). A feed the model cannot take (its queue full, or a failure) leaves its frames
+at once (its final waits for them, or, where the session sets a wait, for at most that long when the frames
+already in the track hear someone in its span). A feed the model cannot take (its queue full, or a failure) leaves its frames
 without a speaker, and the stream goes on from the next one.
 
 Bounded: the track keeps only the frames from the oldest span a final may still ask for (``forget_before``), and
@@ -117,13 +118,29 @@ class LiveSpeakers:
 
     # --- speakers out -----------------------------------------------------------------------------------------
 
-    async def speaker(self, start: int, end: int) -> str | None:
+    async def speaker(self, start: int, end: int, wait_s: float | None = None) -> str | None:
         """The label of the speaker of samples [start, end), once their whole frames are in the track; a span
-        where nobody speaks takes the last label given (None before any)."""
+        where nobody speaks takes the last label given (None before any). With ``wait_s``, after that long the
+        frames already in the track decide, where someone speaks in them (the stream's cost per feed can exceed
+        a final's own time on a slow machine); a span with no speech in the track yet waits for its frames."""
         self.want(end)
-        async with self._fed:
-            await self._fed.wait_for(lambda: self.fed >= end // SAMPLES_PER_FRAME)
+        needed = end // SAMPLES_PER_FRAME
+        try:
+            async with self._fed:
+                await asyncio.wait_for(self._fed.wait_for(lambda: self.fed >= needed), wait_s)
+        except TimeoutError:
+            if not self._heard(start, end):
+                async with self._fed:
+                    await self._fed.wait_for(lambda: self.fed >= needed)
         return self.label_now(start, end)
+
+    def _heard(self, start: int, end: int) -> bool:
+        """Someone passes the threshold in the track's frames of [start, end)."""
+        if self.track is None:
+            return False
+        first = max(start // SAMPLES_PER_FRAME - self.first, 0)
+        rows = self.track[first : max(first, -(-end // SAMPLES_PER_FRAME) - self.first)]
+        return bool((rows > self.threshold).any())
 
     def label_now(self, start: int, end: int) -> str | None:
         """The label of samples [start, end) from the frames already in the track (the rest count as silence)."""
