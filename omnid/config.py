@@ -115,8 +115,9 @@ class RealtimeConfig(msgspec.Struct, forbid_unknown_fields=True):
     min_rate: int = 8000
     max_rate: int = 48000
     # Speakers on a session (session.speakers, a sortformer model configured): audio per feed of its live
-    # diarization stream (whole 80 ms frames; a closed segment's frames are fed at once); how long a final waits
-    # for those before the frames already fed decide (where they hear someone in its span); and the probability a
+    # diarization stream (whole 80 ms frames); how long after its segment ended a final, its text ready, waits for
+    # its remaining frames before the frames already fed decide (where they hear someone in its span; else it waits
+    # for them); and the probability a
     # speaker must pass in a final's span to be named there.
     speakers_feed_s: float = 2.4
     speakers_wait_s: float = 0.2

@@ -335,8 +335,6 @@ class Session:
     def _close(self, end: int) -> None:
         job = self.strategy.close(end)  # takes its audio from the buffer first
         job.segment.end = end
-        if self.speakers is not None:
-            self.speakers.want(end)
         self.buffer.consume(end)
         self.uncommitted_from = max(self.uncommitted_from, end)
         seg = job.segment
@@ -356,7 +354,7 @@ class Session:
             job = self._finals[0]
             try:
                 decoded = await job.decode()
-                said = await self._speakers_of(job.segment, decoded.sentences)
+                said = await self._speakers_of(job, decoded.sentences)
             except (asyncio.CancelledError, JobCancelledError):
                 return
             except Exception as exc:  # noqa: BLE001  (any engine failure drops the segment, never commits it empty)
@@ -371,13 +369,17 @@ class Session:
                 self._forget_speakers()
         self._finals_idle.set()
 
-    async def _speakers_of(self, seg: Segment, sentences: tuple[Sentence, ...] | None
+    async def _speakers_of(self, job: FinalJob, sentences: tuple[Sentence, ...] | None
                            ) -> tuple[str | None, tuple[str | None, ...] | None]:
-        """The segment's speaker and its sentences' (None where the session did not ask), once the speaker stream
-        has the segment's frames."""
+        """The segment's speaker and its sentences' (None where the session did not ask), its text being ready:
+        from the frames already fed where they hear someone in it and the segment ended speakers_wait_s ago, else
+        once its remaining frames are fed. Its last feed is not started beside the decode: on a small CPU the two
+        share the cores, and the final would wait for both (bench/live_speakers.py)."""
+        seg = job.segment
         if self.speakers is None or seg.end is None:
             return None, None
-        speaker = await self.speakers.speaker(seg.start, seg.end, self.config.speakers_wait_s)
+        wait = max(0.0, job.closed_at + self.config.speakers_wait_s - time.monotonic())
+        speaker = await self.speakers.speaker(seg.start, seg.end, wait)
         if sentences is None:
             return speaker, None
         return speaker, tuple(self.speakers.label_now(round(x.start * SAMPLE_RATE), round(x.end * SAMPLE_RATE))

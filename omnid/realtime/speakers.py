@@ -4,9 +4,9 @@ speaker with the most probability over its 80 ms frames (runtime/speakers.py's r
 
 The session's timeline is cut into 80 ms frames from its first sample; a feed of k frames passes the model
 k x 1280 - 1 samples, for which a feed's own features give exactly k frames, so frame j of the track always covers
-samples [1280 j, 1280 (j + 1)). Feeds gather ``feed_frames`` frames, except that a closed segment's frames are fed
-at once (its final waits for them, or, where the session sets a wait, for at most that long when the frames
-already in the track hear someone in its span). A feed the model cannot take (its queue full, or a failure) leaves its frames
+samples [1280 j, 1280 (j + 1)). Feeds gather ``feed_frames`` frames, except that the frames a final asks about are
+fed at once (it waits for them, or, where the session sets a wait, for at most that long when the frames already in
+the track hear someone in its span). A feed the model cannot take (its queue full, or a failure) leaves its frames
 without a speaker, and the stream goes on from the next one.
 
 Bounded: the track keeps only the frames from the oldest span a final may still ask for (``forget_before``), and
