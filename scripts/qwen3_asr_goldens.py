@@ -63,7 +63,7 @@ def parse_unfixed(raw: str, user_language: str | None) -> tuple[str, str]:
         U.detect_and_fix_repetitions = fix
 
 from omnid.audio import decode_audio  # noqa: E402  (the same 16 kHz samples the tests decode)
-from tests.qwen_vocab import byte_unicode, write_tokenizer_config  # noqa: E402
+from tests.qwen_vocab import small_bpe, write_tokenizer_config  # noqa: E402
 
 OUT = ROOT / "tests/goldens/qwen3_asr_tiny"
 # The goldens were made from the full evaluation corpus (its clip order and transcripts matter), not tests/corpus.
@@ -81,17 +81,7 @@ ADDED = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", 
 
 
 def write_tokenizer(out: pathlib.Path) -> dict[str, int]:
-    b2u = byte_unicode()
-    vocab = {b2u[b]: i for i, b in enumerate(sorted(b2u))}
-    merges: list[tuple[str, str]] = []
-    for word in WORDS:
-        parts = [b2u[b] for b in word.encode()]
-        while len(parts) > 1:
-            pair = (parts[0], parts[1])
-            if pair not in merges:
-                merges.append(pair)
-                vocab.setdefault(pair[0] + pair[1], len(vocab))
-            parts = [pair[0] + pair[1]] + parts[2:]
+    vocab, merges = small_bpe(WORDS)
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     (out / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
     first = len(vocab)

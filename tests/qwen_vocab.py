@@ -88,3 +88,20 @@ def write_tokenizer_config(dest: Path, added: dict[int, str]) -> None:
                                  "audio_eos_token": "<|audio_end|>"},
     }
     (dest / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+
+
+def small_bpe(words: list[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """A small byte-level BPE for tiny golden checkpoints: the 256 byte tokens, then each of ``words`` merged left
+    to right into one token (its merges and the tokens they make, in order)."""
+    b2u = byte_unicode()
+    vocab = {b2u[b]: i for i, b in enumerate(sorted(b2u))}
+    merges: list[tuple[str, str]] = []
+    for word in words:
+        parts = [b2u[b] for b in word.encode()]
+        while len(parts) > 1:
+            pair = (parts[0], parts[1])
+            if pair not in merges:
+                merges.append(pair)
+                vocab.setdefault(pair[0] + pair[1], len(vocab))
+            parts = [pair[0] + pair[1]] + parts[2:]
+    return vocab, merges

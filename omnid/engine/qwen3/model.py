@@ -311,15 +311,18 @@ class TextModel(nn.Module):
         return self.decoder.embed_tokens(tokens).astype(mx.float32)
 
     def embed(self, ids: list[int], audio_pad: int, audio: mx.array | None) -> mx.array:
-        """Prompt embeddings with the audio embeddings in the ``<|audio_pad|>`` slots, in order."""
+        """Prompt embeddings with the audio embeddings in the ``<|audio_pad|>`` slots, in order (transformers'
+        masked_scatter: the slots need not be contiguous, as MOSS-Transcribe-Diarize's time markers split them)."""
         slots = [i for i, t in enumerate(ids) if t == audio_pad]
         if audio is None or not slots:
             return self.token_embeddings(mx.array(ids, dtype=mx.int32))[None]
         if len(slots) != audio.shape[0]:
             raise ValueError(f"{len(slots)} audio slots in the prompt for {audio.shape[0]} audio embeddings")
-        if slots[-1] + 1 - slots[0] != len(slots):
-            raise ValueError("audio slots must be contiguous")
-        return self.embed_at(ids, slots[0], audio)
+        if slots[-1] + 1 - slots[0] == len(slots):
+            return self.embed_at(ids, slots[0], audio)
+        x = self.token_embeddings(mx.array(ids, dtype=mx.int32))
+        x[mx.array(slots, dtype=mx.int32)] = audio.astype(x.dtype)
+        return x[None]
 
     def embed_at(self, ids: list[int], first: int, audio: mx.array) -> mx.array:
         """Prompt embeddings with ``audio``'s rows in place of the ids from ``first`` on (as many as it has)."""

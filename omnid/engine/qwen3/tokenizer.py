@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
@@ -83,6 +84,20 @@ class QwenTokenizer(ChatTokenizer):
         return cls(*assemble(folder))
 
 
+def added_in_tokenizer_json(folder: Path) -> dict[str, dict[str, Any]]:
+    """The added tokens of a folder's tokenizer.json, as tokenizer_config.json's added_tokens_decoder lists them
+    (transformers 5 saves them there only); none without the file."""
+    path = Path(folder) / "tokenizer.json"
+    if not path.is_file():
+        return {}
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8")).get("added_tokens") or []
+        return {str(int(e["id"])): {"content": str(e["content"]), "special": bool(e.get("special", True))}
+                for e in entries}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CheckpointError(f"{path}: unreadable added tokens ({exc})") from exc
+
+
 def assemble(folder: Path) -> tuple[Tokenizer, dict[int, str], int]:
     """The byte-level BPE of a folder's vocab.json, merges.txt and tokenizer_config.json's added tokens: the
     tokenizer, the added tokens by id, and the first id past them."""
@@ -108,7 +123,7 @@ def assemble(folder: Path) -> tuple[Tokenizer, dict[int, str], int]:
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
-    decoder = config.get("added_tokens_decoder") or {}
+    decoder = config.get("added_tokens_decoder") or added_in_tokenizer_json(folder)
     added = {int(i): entry["content"] for i, entry in decoder.items()}
     special = {int(i) for i, entry in decoder.items() if entry.get("special", True)}
     if not added or min(added) < len(vocab):

@@ -39,6 +39,7 @@ from omnid.engine.quantization import Block, Quantization, packed, read_block, w
 from omnid.engine.tensor_file import INDEX, SINGLE, has_weights, read_tensors, weight_files
 from omnid.engine.whisper.ct2 import read_model_bin
 from omnid.engine.whisper.model import ModelDims, Whisper, sinusoids
+from omnid.engine.whisper_net import hf_to_canonical
 
 FLOAT_DTYPES = {mx.float16, mx.bfloat16, mx.float32}
 # Tensors some exporters add that the model does not need.
@@ -489,45 +490,6 @@ def _mlx_heads(arr: mx.array | None, dims: ModelDims, path: Path) -> tuple[tuple
 
 
 # --- Hugging Face transformers ---------------------------------------------------------------------------------
-
-_HF_RULES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(p), r)
-    for p, r in [
-        (r"^(?:model\.)?encoder\.layer_norm\.", "encoder.ln_post."),
-        (r"^(?:model\.)?decoder\.layer_norm\.", "decoder.ln."),
-        (r"^(?:model\.)?encoder\.embed_positions\.weight$", "encoder.positional_embedding"),
-        (r"^(?:model\.)?decoder\.embed_positions\.weight$", "decoder.positional_embedding"),
-        (r"^(?:model\.)?decoder\.embed_tokens\.", "decoder.token_embedding."),
-        (r"^(?:model\.)?(encoder|decoder)\.conv", r"\1.conv"),
-        (r"^(?:model\.)?(encoder|decoder)\.layers\.(\d+)\.", r"\1.blocks.\2."),
-    ]
-]
-_HF_BLOCK = [
-    ("self_attn_layer_norm.", "attn_ln."),
-    ("encoder_attn_layer_norm.", "cross_attn_ln."),
-    ("final_layer_norm.", "mlp_ln."),
-    ("self_attn.", "attn."),
-    ("encoder_attn.", "cross_attn."),
-    ("q_proj.", "query."),
-    ("k_proj.", "key."),
-    ("v_proj.", "value."),
-    ("out_proj.", "out."),
-    ("fc1.", "mlp1."),
-    ("fc2.", "mlp2."),
-]
-
-
-def hf_to_canonical(name: str) -> str:
-    for pattern, repl in _HF_RULES:
-        new, n = pattern.subn(repl, name)
-        if n:
-            name = new
-            break
-    if ".blocks." in name:
-        for old, new in _HF_BLOCK:
-            name = name.replace(old, new)
-    return name
-
 
 def _hf_dims(cfg: dict, config_path: Path) -> ModelDims:
     return ModelDims(
