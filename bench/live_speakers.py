@@ -16,6 +16,20 @@ and starts ``omnid serve --supervised`` serving it beside Whisper tiny.en (the d
 
     .venv/bin/python bench/live_speakers.py                          # ~40 min (30 min of soak at real time)
     .venv/bin/python bench/live_speakers.py --minutes 3 --dictations 4   # a quick look
+
+Measured 2026-12-07 on this project's 2-core AMD EPYC VM (defaults: 8 dictations, 30 min soak, 36 min):
+
+    live feed of 2.4 s: 0.967 s (median of 9; 0.40 s per second of audio)
+    live feed of 0.96 s: 1.001 s (median of 9; 1.04 s per second of audio)
+    | final latency after the commit | p50 s | p95 s |
+    | speakers off | 0.74 | 0.78 |
+    | speakers on | 0.75 | 0.89 |
+    p50 difference: +0.01 s (target <= +0.20 s: met); finals with speakers on that named one: 8/8
+    RSS MB by minute of audio: 0: 927, 5: 967, 10: 972, 15: 970, 20: 995, 25: 974, 30: 984, 30: 973
+    RSS growth from minute 5 to the end: +6.5 MB; finals 164, 164 with a speaker
+
+With the session's last feed started beside its final's decode (the first design), the same bench measured +0.24 s
+p50 twice (8 dictations each): on two cores the feed and the decode shared them.
 """
 
 from __future__ import annotations
