@@ -35,12 +35,12 @@ and 13.11 s); before omnid's decoder moved to Qwen3-ASR's numpy step (MLX's one-
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,27 +58,19 @@ QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_si
 sys.path.insert(0, str(ROOT))
 
 import omnid  # noqa: E402,F401  (OpenBLAS before mlx, as the daemon does)
-from bench.side_by_side import alternate, build_once, child_row, chosen, closing, medians, result  # noqa: E402
+from bench.side_by_side import corpus_speech, result, token_main  # noqa: E402
 
 
 def prepare(work: Path) -> None:
     """The LLM folder (the real Qwen vocabulary, the real config) and the speech, before funasr builds model.pt."""
-    import numpy as np
 
-    from omnid.audio import decode_audio
     from tests.qwen_vocab import write_real_tokenizer
 
     qwen = work / "checkpoint" / "Qwen3-0.6B"
     if not (qwen / "config.json").is_file():
         write_real_tokenizer(qwen)
         (qwen / "config.json").write_text(json.dumps(QWEN3, indent=2) + "\n")
-    corpus = ROOT / "tests" / "corpus"
-    rows = [json.loads(line) for line in (corpus / "manifest.jsonl").read_text().splitlines() if line.strip()]
-    for name, seconds in SECONDS.items():
-        out = work / f"audio_{name}s.npy"
-        if not out.is_file():
-            speech = np.concatenate([decode_audio(corpus / r["path"]) for r in rows if r["language"] in ("en", "zh")])
-            np.save(out, speech[: int(seconds * 16000)].astype(np.float32))
+    corpus_speech(work, SECONDS, ROOT)
 
 
 def worker(work: Path, name: str) -> dict:
@@ -133,65 +125,26 @@ def float32_floor(engine: object, frames: int, tokens: int) -> dict:
             "step_floor_ms": step_s * 1e3, "floor_s": products_s + tokens * step_s}
 
 
-def measure(side: str, name: str, args: argparse.Namespace) -> dict:
-    if side == "funasr":
-        cmd = [str(args.torch_python), str(TORCH_SCRIPT), "--work", str(args.work), "--child", name]
-    else:
-        cmd = [sys.executable, __file__, "--work", str(args.work), "--worker", name]
-    return child_row(cmd, f"{side} {name} s", ROOT)
+def floor_lines(rows: list[dict]) -> Callable[[str, dict, dict], None]:
+    def more(name: str, o: dict, t: dict) -> None:
+        floored = [r for r in rows if r["side"] == "omnid" and r["input"] == name and "floor_s" in r]
+        if floored:
+            f = {k: statistics.median(r[k] for r in floored)
+                 for k in ("floor_s", "encoder_floor_s", "step_floor_ms", "blas_gflops", "read_gbs")}
+            allowed = t["total_s"] / 1.5
+            print(f"{name} s: float32 floor {f['floor_s']:.2f} s (the encoder's and adaptor's products over "
+                  f"{floored[0]['frames']} frames {f['encoder_floor_s']:.2f} s at {f['blas_gflops']:.0f} GFLOP/s; "
+                  f"{sum(floored[0]['tokens'])} decode steps each reading the language model's float32 matrices, "
+                  f"{f['step_floor_ms']:.0f} ms at {f['read_gbs']:.1f} GB/s; no prefill) against the {allowed:.2f} s "
+                  f"that 1.5x funasr's {t['total_s']:.2f} s allows "
+                  f"({'within reach' if f['floor_s'] < allowed else 'OUT OF REACH'})")
 
-
-def table(rows: list[dict], inputs: list[str]) -> None:
-    print(f"\n{'side':<8}{'input':>7}{'runs':>6}{'load s':>9}{'total s':>10}{'RTF':>8}{'peak RSS MiB':>14}"
-          f"{'tokens':>9}{'load avg':>10}")
-    med = {}
-    for name in inputs:
-        for side in SIDES:
-            mine, m = medians(rows, side, name, ("load_s", "total_s", "rtf", "peak_rss_mib", "load_avg"))
-            if not mine:
-                continue
-            med[side, name] = m
-            tokens = sorted({sum(r["tokens"]) for r in mine})
-            print(f"{side:<8}{name + ' s':>7}{len(mine):>6}{m['load_s']:>9.1f}{m['total_s']:>10.2f}{m['rtf']:>8.3f}"
-                  f"{m['peak_rss_mib']:>14.0f}{','.join(map(str, tokens)):>9}{m['load_avg']:>10.1f}")
-        if ("omnid", name) in med and ("funasr", name) in med:
-            o, t = med["omnid", name], med["funasr", name]
-            speed = t["total_s"] / o["total_s"]
-            print(f"{name} s: omnid {speed:.2f}x funasr's speed (target >= 1.5x: {'met' if speed >= 1.5 else 'NOT met'}), "
-                  f"peak RSS {o['peak_rss_mib'] / t['peak_rss_mib']:.2f}x funasr's")
-            floored = [r for r in rows if r["side"] == "omnid" and r["input"] == name and "floor_s" in r]
-            if floored:
-                f = {k: statistics.median(r[k] for r in floored)
-                     for k in ("floor_s", "encoder_floor_s", "step_floor_ms", "blas_gflops", "read_gbs")}
-                allowed = t["total_s"] / 1.5
-                print(f"{name} s: float32 floor {f['floor_s']:.2f} s (the encoder's and adaptor's products over "
-                      f"{floored[0]['frames']} frames {f['encoder_floor_s']:.2f} s at {f['blas_gflops']:.0f} GFLOP/s; "
-                      f"{sum(floored[0]['tokens'])} decode steps each reading the language model's float32 matrices, "
-                      f"{f['step_floor_ms']:.0f} ms at {f['read_gbs']:.1f} GB/s; no prefill) against the {allowed:.2f} s "
-                      f"that 1.5x funasr's {t['total_s']:.2f} s allows "
-                      f"({'within reach' if f['floor_s'] < allowed else 'OUT OF REACH'})")
+    return more
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--work", type=Path, default=WORK)
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--inputs", default="20")
-    p.add_argument("--sides", default=",".join(SIDES))
-    p.add_argument("--torch-python", type=Path, default=TORCH_PYTHON)
-    p.add_argument("--worker", choices=sorted(SECONDS), help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker:
-        print(json.dumps(worker(args.work, args.worker)), flush=True)
-        return
-    inputs, sides = chosen(p, args, SECONDS, SIDES, "funasr", "scripts/funasr_frontend_goldens.py")
-    prepare(args.work)
-    build_once((args.work / "checkpoint" / "model.pt").is_file(), args.work,
-               [str(args.torch_python), str(TORCH_SCRIPT), "--work", str(args.work), "--build"], ROOT)
-    began = time.perf_counter()
-    rows = alternate(inputs, args.runs, sides, lambda side, name: measure(side, name, args),
-                     lambda r: f"tokens {r['tokens']}")
-    closing(rows, "funasr", began, lambda: table(rows, inputs))
+    token_main(__doc__, __file__, WORK, TORCH_PYTHON, SECONDS, SIDES, "funasr", TORCH_SCRIPT, "scripts/funasr_frontend_goldens.py", "20",
+               "model.pt", prepare, worker, ROOT, more=floor_lines)
 
 
 if __name__ == "__main__":

@@ -111,3 +111,86 @@ def reference_main(doc: str | None, work: Path, build: Callable[[Path], None], c
         build(args.work)
     if args.child:
         child(args.work, args.child)
+
+
+def side_command(side: str, name: str, args: argparse.Namespace, reference: str, reference_script: Path,
+                 own_script: str) -> list[str]:
+    """A measurement's child: the reference's script in its virtualenv (``--child``), or this bench's own
+    ``--worker`` in omnid's."""
+    if side == reference:
+        return [str(args.torch_python), str(reference_script), "--work", str(args.work), "--child", name]
+    return [sys.executable, own_script, "--work", str(args.work), "--worker", name]
+
+
+def token_table(rows: list[dict], inputs: list[str], sides: Iterable[str], reference: str,
+                more: Callable[[str, dict, dict], None] | None = None) -> None:
+    """The medians of a decoding bench (load, total, real-time factor, peak RSS, tokens each side decoded), and per
+    input omnid's speed and peak RSS against the reference's (``more`` adds lines for an input after them)."""
+    width = max(8, max(len(s) for s in sides) + 2)
+    print(f"\n{'side':<{width}}{'input':>7}{'runs':>6}{'load s':>9}{'total s':>10}{'RTF':>8}{'peak RSS MiB':>14}"
+          f"{'tokens':>9}{'load avg':>10}")
+    med = {}
+    for name in inputs:
+        for side in sides:
+            mine, m = medians(rows, side, name, ("load_s", "total_s", "rtf", "peak_rss_mib", "load_avg"))
+            if not mine:
+                continue
+            med[side, name] = m
+            tokens = sorted({sum(r["tokens"]) for r in mine})
+            print(f"{side:<{width}}{name + ' s':>7}{len(mine):>6}{m['load_s']:>9.1f}{m['total_s']:>10.2f}"
+                  f"{m['rtf']:>8.3f}{m['peak_rss_mib']:>14.0f}{','.join(map(str, tokens)):>9}{m['load_avg']:>10.1f}")
+        if ("omnid", name) in med and (reference, name) in med:
+            o, t = med["omnid", name], med[reference, name]
+            speed = t["total_s"] / o["total_s"]
+            print(f"{name} s: omnid {speed:.2f}x {reference}'s speed (target >= 1.5x: "
+                  f"{'met' if speed >= 1.5 else 'NOT met'}), peak RSS {o['peak_rss_mib'] / t['peak_rss_mib']:.2f}x "
+                  f"{reference}'s")
+            if more is not None:
+                more(name, o, t)
+
+
+def corpus_speech(work: Path, seconds: dict[str, float], root: Path) -> None:
+    """The repository corpus's English and Chinese clips joined (repeated where short) and cut to each input's
+    length, saved as ``audio_{name}s.npy`` in ``work`` where missing."""
+    import numpy as np
+
+    from omnid.audio import decode_audio
+
+    corpus = root / "tests" / "corpus"
+    rows = [json.loads(line) for line in (corpus / "manifest.jsonl").read_text().splitlines() if line.strip()]
+    for name, length in seconds.items():
+        out = work / f"audio_{name}s.npy"
+        if not out.is_file():
+            speech = np.concatenate([decode_audio(corpus / r["path"]) for r in rows if r["language"] in ("en", "zh")])
+            speech = np.tile(speech, int(length * 16000 // len(speech)) + 1)
+            np.save(out, speech[: int(length * 16000)].astype(np.float32))
+
+
+def token_main(doc: str | None, own_script: str, work: Path, torch_python: Path, seconds: dict[str, float],
+               sides: tuple[str, ...], reference: str, reference_script: Path, setup: str, default_inputs: str,
+               built: str, prepare: Callable[[Path], None], worker: Callable[[Path, str], dict], root: Path,
+               more: Callable[[list[dict]], Callable[[str, dict, dict], None] | None] = lambda rows: None) -> None:
+    """A decoding bench's command line: ``--worker`` measures omnid in this process; otherwise the checkpoint is
+    built once by the reference (``built`` names the file that says it is), then every run of every input has each
+    side in a child of its own, and the table closes it."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work", type=Path, default=work)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--inputs", default=default_inputs)
+    p.add_argument("--sides", default=",".join(sides))
+    p.add_argument("--torch-python", type=Path, default=torch_python)
+    p.add_argument("--worker", choices=sorted(seconds), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.work, args.worker)), flush=True)
+        return
+    inputs, picked = chosen(p, args, seconds, sides, reference, setup)
+    prepare(args.work)
+    build_once((args.work / "checkpoint" / built).is_file(), args.work,
+               [str(args.torch_python), str(reference_script), "--work", str(args.work), "--build"], root)
+    began = time.perf_counter()
+    rows = alternate(inputs, args.runs, picked,
+                     lambda side, name: child_row(side_command(side, name, args, reference, reference_script,
+                                                               own_script), f"{side} {name} s", root),
+                     lambda r: f"tokens {r['tokens']}")
+    closing(rows, reference, began, lambda: token_table(rows, inputs, sides, reference, more(rows)))

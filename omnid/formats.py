@@ -134,6 +134,8 @@ def _subtitles(transcript: Transcript, fmt: str) -> str:
     for i, seg in enumerate(transcript.segments, start=1):
         span = f"{timestamp(seg.start, decimal)} --> {timestamp(seg.end, decimal)}"
         text = seg.text.strip().replace("-->", "->")
+        if seg.speaker is not None:  # a model that names its speakers: "[A] text" (SRT), a voice span (WebVTT)
+            text = f"[{seg.speaker}] {text}" if fmt == "srt" else f"<v {seg.speaker}>{text}"
         cues.append(f"{i}\n{span}\n{text}\n" if fmt == "srt" else f"{span}\n{text}\n")
     body = "\n".join(cues)
     return body if fmt == "srt" else "WEBVTT\n\n" + body

@@ -28,7 +28,7 @@ from omnid.runtime.catalog import NotTranscription, UnknownModel
 from omnid.runtime.errors import JobCancelledError
 from omnid.runtime.models import transcribe_options
 from omnid.runtime.scheduler import EngineRuntime
-from omnid.runtime.speakers import Speakers, assign
+from omnid.runtime.speakers import Speakers, assign, named
 from omnid.vad.filter import speech_spans
 
 log = structlog.get_logger(__name__)
@@ -110,7 +110,7 @@ def parse(form: Form, services) -> Request:
     if fmt not in FORMATS + SPEAKER_FORMATS:
         raise invalid("response_format", f"response_format must be one of {', '.join(FORMATS + SPEAKER_FORMATS)}, "
                                          f"got {shown(fmt)}")
-    diarizer = _diarizer(form, fmt, services)
+    diarizer = _diarizer(form, fmt, services, transcription.capabilities(runtime).speakers)
     grans = [g.strip() for g in form.fields.get("timestamp_granularities[]", []) + form.fields.get("timestamp_granularities", [])]
     for g in grans:
         if g not in GRANULARITIES:
@@ -165,13 +165,14 @@ def parse(form: Form, services) -> Request:
     return Request(runtime, options, fmt, stream, metadata, vad_filter, form.file, "word" in grans, diarizer)
 
 
-def _diarizer(form: Form, fmt: str, services) -> EngineRuntime | None:
-    """The diarization runtime when the request asks for speakers; a 400 naming the field when it cannot have them."""
+def _diarizer(form: Form, fmt: str, services, own: bool = False) -> EngineRuntime | None:
+    """The diarization runtime when the request asks for speakers; a 400 naming the field when it cannot have them.
+    None for a model that names its speakers itself (``own``)."""
     diarize = flag(form, "diarize") if form.get("diarize") is not None else False
     if diarize and fmt not in ("verbose_json", "diarized_json"):
         raise invalid("diarize", "diarize=true needs response_format=verbose_json (or diarized_json)")
     field = "response_format" if fmt in SPEAKER_FORMATS else "diarize" if diarize else None
-    if field is None:
+    if field is None or own:
         return None
     runtime = services.diarizer
     if runtime is None:
@@ -211,6 +212,7 @@ async def handle(request: web.Request, services) -> web.StreamResponse:
         raise invalid("file", f"file: {exc}", "invalid_audio") from exc
     started = time.perf_counter()
     transcript = None
+    speakers: Speakers | None
     try:
         t = config.transcription
         speech = await transcription.model_clips(req.runtime, services.vad, audio, t.vad_filter_pad_s,
@@ -222,7 +224,8 @@ async def handle(request: web.Request, services) -> web.StreamResponse:
         if req.diarizer is not None:
             transcript, speakers = await _with_speakers(req, audio, speech, services)
         else:
-            transcript, speakers = await _submit(req, audio, speech, None), None
+            transcript = await _submit(req, audio, speech, None)
+            speakers = named(transcript) if transcription.capabilities(req.runtime).speakers else None
     finally:
         _log(req, audio, started, transcript.text if transcript is not None else None)
     body = render(transcript, req.response_format, words=req.words, speakers=speakers)

@@ -56,6 +56,9 @@ class Capabilities:
     language_keys: tuple[str, ...] = ()
     # A cache-aware engine's chunk lengths in ms, the shortest first (a session's chunk_ms snaps to one).
     chunk_ms: tuple[int, ...] = ()
+    # It names who speaks in each segment itself (MOSS-Transcribe-Diarize): speakers on its transcripts need no
+    # diarization model.
+    speakers: bool = False
 
 
 @dataclass(frozen=True)

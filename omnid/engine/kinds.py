@@ -12,6 +12,7 @@ from typing import Any
 from omnid.engine.cohere_asr.kind import KIND as COHERE_ASR
 from omnid.engine.fun_asr_nano.kind import KIND as FUN_ASR_NANO
 from omnid.engine.kind import KindDescriptor, Role, Section
+from omnid.engine.moss_transcribe_diarize.kind import KIND as MOSS_TRANSCRIBE_DIARIZE
 from omnid.engine.nemotron.kind import KIND as NEMOTRON
 from omnid.engine.parakeet.kind import KIND as PARAKEET
 from omnid.engine.qwen3_aligner.kind import KIND as QWEN3_ALIGNER
@@ -23,7 +24,7 @@ from omnid.engine.whisper.kind import KIND as WHISPER
 # In the order messages and the configuration reference list them. The first is a model's kind where its
 # [[models]] entry names none.
 KINDS: tuple[KindDescriptor[Any], ...] = (WHISPER, QWEN3_ASR, PARAKEET, NEMOTRON, COHERE_ASR, SENSEVOICE,
-                                         FUN_ASR_NANO, SORTFORMER, QWEN3_ALIGNER)
+                                         FUN_ASR_NANO, MOSS_TRANSCRIBE_DIARIZE, SORTFORMER, QWEN3_ALIGNER)
 DEFAULT = KINDS[0]
 NAMES = tuple(k.name for k in KINDS)
 _BY_NAME = {k.name: k for k in KINDS}

@@ -30,6 +30,7 @@ class Segment:
     language: str | None = None  # the language detected in this part of the audio, where the engine tells
     emotion: str | None = None  # the speaker's emotion the model heard, where it tells (SenseVoice)
     events: tuple[str, ...] | None = None  # the audio events the model heard (laughter, applause...), where it tells
+    speaker: str | None = None  # who speaks in it ("A", "B", ...), where the model itself tells (MOSS-Transcribe-Diarize)
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,16 @@ def _labels(ids: list[int | None]) -> list[str]:
     return [order[i] for i in ids]
 
 
+def named(transcript: Transcript) -> Speakers:
+    """The speakers a model named itself in its segments (MOSS-Transcribe-Diarize), as diarized files carry them:
+    each segment one turn; a segment it named nobody in (output it did not tag) joins the turn before it (or after
+    it), and where it named nobody at all, everything is "A"."""
+    segments = transcript.segments
+    labels = [label or LABELS[0] for label in _fill([s.speaker for s in segments])]
+    turns = [Turn(s.start, s.end, s.text.strip(), label) for s, label in zip(segments, labels) if s.text.strip()]
+    return Speakers(turns, labels, None)
+
+
 def assign(transcript: Transcript, probs: np.ndarray, threshold: float = 0.5) -> Speakers:
     segments = [s for s in transcript.segments]
     if segments and all(s.words for s in segments if s.text.strip()):

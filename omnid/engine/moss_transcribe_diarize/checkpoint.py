@@ -20,6 +20,7 @@ import mlx.core as mx
 from omnid.engine.errors import CheckpointError
 from omnid.engine.json_file import read_json_object
 from omnid.engine.moss_transcribe_diarize.model import MERGE, AudioDims, MossDims
+from omnid.engine.pins import verify
 from omnid.engine.qwen3.checkpoint import TextDims
 from omnid.engine.qwen3.tokenizer import ChatTokenizer, tokenizer_files
 from omnid.engine.tensor_file import weight_files
@@ -44,6 +45,12 @@ class Checkpoint:
     tokenizer: ChatTokenizer
     weights: list[tuple[str, mx.array]]
     files: list[Path]
+
+
+def layout_of(path: Path) -> str:
+    """"original" (the release's config keeps adaptor_input_dim, which transformers' conversion drops) or
+    "transformers"."""
+    return "original" if "adaptor_input_dim" in read_json_object(path / "config.json") else "transformers"
 
 
 def is_moss(path: Path) -> bool:
@@ -143,7 +150,7 @@ def expected_shapes(d: MossDims) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def load(path: Path) -> Checkpoint:
+def load(path: Path, pins: dict[str, str] | None = None) -> Checkpoint:
     path = Path(path)
     source = path / "config.json"
     config = read_json_object(source)
@@ -156,6 +163,8 @@ def load(path: Path) -> Checkpoint:
         raise CheckpointError(f"{source}: audio_token_id {audio_token!r} is not the tokenizer's <|audio_pad|>")
     expected = expected_shapes(dims)
     found = weight_files(path)
+    if pins:
+        verify([source, *found.files, *(f for f in tokenizer_files(path) if f.is_file())], pins)
     weights: dict[str, mx.array] = {}
     for file, tensors in found.read():
         for name, tensor in tensors.items():
