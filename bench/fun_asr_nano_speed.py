@@ -99,14 +99,14 @@ def worker(work: Path, name: str) -> dict:
     out = engine.transcribe(audio, TranscribeOptions(max_new_tokens=MAX_NEW_TOKENS))
     total_s = time.perf_counter() - started
     engine.encoder = encode
-    return result(name, len(audio) / 16000, load_s, total_s, clips=len(out.segments) or 1, import_s=import_s,
-                  mlx_peak_mib=mx.get_peak_memory() / 2**20, tokens=[out.generated_tokens],
-                  **float32_floor(engine, sum(frames), out.generated_tokens))
+    row = result(name, len(audio) / 16000, load_s, total_s, clips=len(out.segments) or 1, import_s=import_s,
+                 mlx_peak_mib=mx.get_peak_memory() / 2**20, tokens=[out.generated_tokens])
+    return row | float32_floor(engine, sum(frames), out.generated_tokens)  # after the peak RSS is read
 
 
 def float32_floor(engine: object, frames: int, tokens: int) -> dict:
-    """The least time float32 takes for this input here (bench/float32_floor.py; after the transcription, so the
-    peak RSS is the model's): the encoder's and adaptor's matrices over the encoder's frames at the BLAS's best speed
+    """The least time float32 takes for this input here (bench/float32_floor.py; measured after the row's peak RSS is
+    read, so its own buffers do not count): the encoder's and adaptor's matrices over the encoder's frames at the BLAS's best speed
     at their shapes, and every decode step's read of the language model's matrices (the tied head's table once a
     step; the token table's rows a step looks up not counted) at the speed a matrix-vector product reads memory.
     The prompt's prefill, attention and everything element-wise come on top."""
