@@ -134,8 +134,11 @@ def worker(work: Path, name: str, side: str) -> dict:
         started = time.perf_counter()
         engine.transcribe_clips(audio, clips, TranscribeOptions())
         total_s = time.perf_counter() - started
+        row = result(name, len(audio) / 16000, load_s, total_s, clips=len(clips), import_s=import_s,
+                     mlx_peak_mib=mx.get_peak_memory() / 2**20, ids_per_clip=ids)
+        # After the peak RSS is read: Silero's pass and the floor's buffers are not the model's.
         _, vad_s = silero_clips(audio)
-        floor = float32_floor(engine.model, frames)
+        return row | {"vad_s": vad_s} | float32_floor(engine.model, frames)
     else:
         from omnid.config import load_config
         from omnid.runtime.models import loader
@@ -147,14 +150,13 @@ def worker(work: Path, name: str, side: str) -> dict:
         started = time.perf_counter()
         engine.transcribe(audio, TranscribeOptions(language="en", fallback=False))
         total_s = time.perf_counter() - started
-        floor = {}
     return result(name, len(audio) / 16000, load_s, total_s, clips=len(clips), import_s=import_s, vad_s=vad_s,
-                  mlx_peak_mib=mx.get_peak_memory() / 2**20, ids_per_clip=ids, **floor)
+                  mlx_peak_mib=mx.get_peak_memory() / 2**20, ids_per_clip=ids)
 
 
 def float32_floor(model: object, frames: list[int]) -> dict:
     """The least time float32 products take for this input here, at the best speed numpy's BLAS reaches at the
-    weights' shapes (bench/float32_floor.py; after the transcription, so the peak RSS is the model's): every matrix
+    weights' shapes (bench/float32_floor.py; measured after the row's peak RSS is read): every matrix
     of the encoder and the CTC head (2-D weights, each multiplied once per frame) over the frames the clips gave,
     and the attention's two products (scores and their sum over the values: 2 T^2 d multiply-adds per layer for a
     clip of T frames) in every layer. The softmax, the FSMN memory, the front end and the norms come on top."""
