@@ -62,7 +62,30 @@ def clip_segment(seg_id: int, first: int, samples: int, text: str, tokens: list[
                    0.0, 0.0, words, language, emotion, events)
 
 
-class ClipEngine(ABC):
+class RedecodesWhole(ABC):
+    """Previews and live re-decodes of an engine that keeps no state between decodes: each is its transcription of
+    the open segment's audio (the clip engines; MOSS-Transcribe-Diarize)."""
+
+    @abstractmethod
+    def transcribe(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(),
+                   check: Callable[[], None] = lambda: None, on_segment: Callable[[Segment], None] | None = None,
+                   on_progress: Callable[[float, float], None] | None = None) -> Transcript:
+        """16 kHz mono float32 -> transcript."""
+
+    def preview(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), prefix: str = "",
+                check: Callable[[], None] = lambda: None) -> str:
+        """The clip's text; with ``prefix`` (words a realtime final has already sent) a text that starts with it."""
+        return after_prefix(self.transcribe(audio, opts, check).text, prefix)
+
+    def redecode(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
+                 check: Callable[[], None] = lambda: None, final: bool = False) -> Hypothesis:
+        """A live preview: the whole open segment decoded again (no state kept between decodes)."""
+        transcript = self.transcribe(audio, opts, check)
+        return Hypothesis(text=transcript.text, raw=transcript.text, decodes=(previous.decodes if previous else 0) + 1,
+                          language=transcript.language or None)
+
+
+class ClipEngine(RedecodesWhole):
     """The transcription calls of an engine that decodes clip by clip (SenseVoice, Fun-ASR-Nano): it gives
     ``max_clip_s`` and ``clip`` (one clip's decode); transcripts, previews and live re-decodes follow from them."""
 
@@ -90,14 +113,3 @@ class ClipEngine(ABC):
                                    lambda piece, first, seg_id: self.clip(piece, first, opts, seg_id, check),
                                    opts.language or "", check, on_segment, on_progress)
 
-    def preview(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), prefix: str = "",
-                check: Callable[[], None] = lambda: None) -> str:
-        """The clip's text; with ``prefix`` (words a realtime final has already sent) a text that starts with it."""
-        return after_prefix(self.transcribe(audio, opts, check).text, prefix)
-
-    def redecode(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
-                 check: Callable[[], None] = lambda: None, final: bool = False) -> Hypothesis:
-        """A live preview: the whole open segment decoded again (no state kept between decodes)."""
-        transcript = self.transcribe(audio, opts, check)
-        return Hypothesis(text=transcript.text, raw=transcript.text, decodes=(previous.decodes if previous else 0) + 1,
-                          language=transcript.language or None)

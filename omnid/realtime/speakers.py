@@ -52,7 +52,6 @@ class LiveSpeakers:
         self.last_label: str | None = None
         self._fed = asyncio.Condition()
         self._task: asyncio.Task | None = None
-        self.failed_feeds = 0
 
     # --- audio in ---------------------------------------------------------------------------------------------
 
@@ -85,7 +84,6 @@ class LiveSpeakers:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001  (a lost feed costs its frames their speaker, not the session)
-                self.failed_feeds += 1
                 log.warning("speakers_feed_failed", error=type(exc).__name__, frames=k)
                 rows = None
             await self._add(rows, k)

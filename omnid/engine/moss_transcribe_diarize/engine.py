@@ -29,10 +29,10 @@ import numpy as np
 import structlog
 
 from omnid.audio import SAMPLE_RATE
-from omnid.engine.clips import HOP, whole
+from omnid.engine.clips import HOP, RedecodesWhole, whole
 from omnid.engine.errors import CheckpointError
-from omnid.engine.interface import Capabilities, Hypothesis
-from omnid.engine.moss_transcribe_diarize.checkpoint import load
+from omnid.engine.interface import Capabilities
+from omnid.engine.moss_transcribe_diarize.checkpoint import layout_of, load
 from omnid.engine.moss_transcribe_diarize.model import MossTranscribeDiarize, windows
 from omnid.engine.moss_transcribe_diarize.options import MossOptions
 from omnid.engine.moss_transcribe_diarize.prompt import prompt_ids
@@ -40,7 +40,7 @@ from omnid.engine.moss_transcribe_diarize.tags import parse
 from omnid.engine.options import TranscribeOptions
 from omnid.engine.qwen3.cpu_decoder import NumpyDecoder, greedy_numpy
 from omnid.engine.qwen3.model import greedy
-from omnid.engine.transcript import Segment, Transcript, after_prefix
+from omnid.engine.transcript import Segment, Transcript
 
 log = structlog.get_logger(__name__)
 Check = Callable[[], None]
@@ -63,7 +63,7 @@ def spans(clips: list[tuple[int, int]], step: int) -> list[tuple[int, int]]:
     return out
 
 
-class MossEngine:
+class MossEngine(RedecodesWhole):
     kind = "moss_transcribe_diarize"
 
     def __init__(self, model_id: str, path: Path, pins: Mapping[str, str] | None = None,
@@ -71,7 +71,7 @@ class MossEngine:
         self.model_id, self.options = model_id, options
         started = time.perf_counter()
         ckpt = load(Path(path), dict(pins) if pins else None)
-        self.layout = "transformers"
+        self.layout = layout_of(Path(path))
         self.tokenizer, self.audio_token = ckpt.tokenizer, ckpt.audio_token_id
         self.model = MossTranscribeDiarize(ckpt.dims)
         self.text = ckpt.dims.text
@@ -82,7 +82,8 @@ class MossEngine:
         mx.eval(self.model.parameters())
         self.stop = {self.tokenizer.special("<|im_end|>"), self.tokenizer.special("<|endoftext|>")}
         self.load_seconds = time.perf_counter() - started
-        log.info("engine_loaded", model=model_id, kind=self.kind, seconds=round(self.load_seconds, 3))
+        log.info("engine_loaded", model=model_id, kind=self.kind, layout=self.layout,
+                 seconds=round(self.load_seconds, 3))
 
     @property
     def capabilities(self) -> Capabilities:
@@ -161,14 +162,3 @@ class MossEngine:
             out.append(Segment(next_id + len(out), round(start * SAMPLE_RATE) // HOP, round(start, 3), round(end, 3),
                                s.text, [], 0.0, 0.0, 0.0, 0.0, speaker=label))
         return out
-
-    def preview(self, audio: np.ndarray, opts: TranscribeOptions = TranscribeOptions(), prefix: str = "",
-                check: Check = lambda: None) -> str:
-        return after_prefix(self.transcribe(audio, opts, check).text, prefix)
-
-    def redecode(self, audio: np.ndarray, opts: TranscribeOptions, previous: Hypothesis | None,
-                 check: Check = lambda: None, final: bool = False) -> Hypothesis:
-        """A live preview: the whole open segment decoded again (no state kept between decodes)."""
-        transcript = self.transcribe(audio, opts, check)
-        return Hypothesis(text=transcript.text, raw=transcript.text, decodes=(previous.decodes if previous else 0) + 1,
-                          language=None)
